@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import torch
 
-# (atol, rtol, max relative L2 error) per output dtype. Half types round each output once, so
-# one ulp of the largest values bounds the error: bf16 has 8 mantissa bits, fp16 11.
-TOLERANCES: dict[torch.dtype, tuple[float, float, float]] = {
-    torch.float64: (1e-10, 1e-10, 1e-10),
-    torch.float32: (1e-5, 1e-5, 1e-5),
-    torch.float16: (1e-3, 1e-3, 1e-3),
-    torch.bfloat16: (1.6e-2, 1.6e-2, 8e-3),
-    torch.float8_e4m3fn: (0.0, 0.13, 0.07),
-}
+from kernels_jit.tolerances import TOLERANCES as _TOLERANCES
+
+# One tolerance table for tests and `kernels-ops check`: kernels_jit.tolerances.
+TOLERANCES = {getattr(torch, name): tol for name, tol in _TOLERANCES.items()}
 
 
 def assert_close(

@@ -1,0 +1,5 @@
+import sys
+
+from kernels_ops.cli import main
+
+sys.exit(main())

@@ -1,0 +1,147 @@
+"""Side-by-side kernel timing on one GPU: every implementation of an op on the same inputs, in one
+run, next to the measured copy bandwidth.
+
+Method (DESIGN.md section 7):
+- Each call is captured in a CUDA graph and replayed, so the host's launch cost (6-14 us on the
+  H200's host for a tvm-ffi, eager or Triton launch) is not what we measure.
+- Inputs rotate over enough independent sets that their bytes exceed 3x the L2 (60 MB on the
+  H200), so a large shape cannot be served from L2; decode shapes, which fit in L2 anyway in an
+  engine, rotate over at most ``MAX_SETS`` sets.
+- Warm-up runs (JIT builds, Triton autotuning, torch.compile) happen before capture; the reported
+  time is the median over replays of (replay time / calls in the graph); no ``.clone()`` is timed.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+L2_BYTES = 60 * 2**20  # H200; read at run time where torch exposes it
+MAX_SETS = 64
+REPLAYS = 15
+WARMUP_CALLS = 3
+
+
+@dataclass
+class Case:
+    """One op at one shape and dtype, with every implementation to time.
+
+    ``make_inputs()`` returns one fresh set of inputs on the GPU; each impl takes such a set and
+    runs the op once (outputs preallocated inside the set where the op allows it). ``bytes`` is
+    the minimum traffic: every input read once, every output written once.
+    """
+
+    op: str
+    shape: list[int]
+    dtype: torch.dtype
+    bytes: int
+    make_inputs: Callable[[], Any]
+    impls: dict[str, Callable[[Any], Any]]
+    note: str = ""
+
+
+@dataclass
+class Record:
+    op: str
+    impl: str
+    shape: list[int]
+    dtype: str
+    us: float
+    gbps: float
+    pct_of_copy: float
+    extra: dict = field(default_factory=dict)
+
+    def as_json(self) -> dict:
+        record = {
+            "op": self.op,
+            "impl": self.impl,
+            "shape": self.shape,
+            "dtype": self.dtype,
+            "us": round(self.us, 3),
+            "gbps": round(self.gbps, 1),
+            "pct_of_copy": round(self.pct_of_copy, 1),
+        }
+        record.update(self.extra)
+        return record
+
+
+def l2_bytes() -> int:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return int(getattr(props, "L2_cache_size", L2_BYTES) or L2_BYTES)
+
+
+def sets_needed(case_bytes: int) -> int:
+    return max(1, min(MAX_SETS, math.ceil(3 * l2_bytes() / max(case_bytes, 1))))
+
+
+def time_graph(fn: Callable[[Any], Any], input_sets: list[Any]) -> float:
+    """Median microseconds per call of ``fn`` rotating over ``input_sets``, under a CUDA graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(WARMUP_CALLS):
+            for inputs in input_sets[:2]:
+                fn(inputs)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for inputs in input_sets:
+            fn(inputs)
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(REPLAYS):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / len(input_sets))
+    del graph
+    return statistics.median(samples)
+
+
+def copy_gbps(nbytes: int = 2**30) -> float:
+    """Device-to-device copy bandwidth (read + write counted) on a ``nbytes`` buffer."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    us = time_graph(lambda pair: pair[1].copy_(pair[0]), [(src, dst)] * 4)
+    return 2 * nbytes / us / 1e3
+
+
+def run_case(case: Case, copy: float, on_impl: Callable[[str], None] | None = None) -> list[Record]:
+    sets = [case.make_inputs() for _ in range(sets_needed(case.bytes))]
+    records = []
+    for name, fn in case.impls.items():
+        if on_impl:
+            on_impl(name)
+        try:
+            us = time_graph(fn, sets)
+        except Exception as exc:  # a peer that cannot run this shape is reported, not fatal
+            print(f"  {case.op} {case.shape} {name}: skipped ({type(exc).__name__}: {exc})")
+            continue
+        gbps = case.bytes / us / 1e3
+        records.append(
+            Record(
+                case.op,
+                name,
+                list(case.shape),
+                str(case.dtype).removeprefix("torch."),
+                us,
+                gbps,
+                100 * gbps / copy,
+            )
+        )
+    del sets
+    torch.cuda.empty_cache()
+    return records
+
+
+def count_cases(cases: Iterable[Case]) -> int:
+    return sum(1 for _ in cases)

@@ -1,0 +1,86 @@
+"""Markdown tables and PNG plots of benchmark results."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+OURS = ("cuda", "triton", "cpu")
+
+
+def _key(record: dict) -> tuple:
+    return (record["op"], record["dtype"], tuple(record["shape"]))
+
+
+def markdown(group: str, result: dict) -> str:
+    """One row per (op, shape, dtype): our time, % of copy, and the ratio of each peer to ours."""
+    rows: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for r in result["records"]:
+        rows[_key(r)][r["impl"]] = r
+    peers = sorted({r["impl"] for r in result["records"]} - set(OURS))
+    lines = [
+        f"# {group} benchmarks",
+        "",
+        f"{result['gpu']}, {result['date']}, commit {result['commit']}, copy bandwidth "
+        f"{result['copy_gbps']:.0f} GB/s (read + write). Times are medians under CUDA graphs with "
+        "inputs rotated past the L2; `x peer` is the peer's time divided by ours (> 1: we are "
+        "faster).",
+        "",
+        "| op | shape | dtype | ours | us | % of copy | "
+        + " | ".join(f"x {p}" for p in peers)
+        + " |",
+        "|---|---|---|---|---|---|" + "---|" * len(peers),
+    ]
+    for (op, dtype, shape), impls in sorted(rows.items()):
+        ours = next((impls[i] for i in OURS if i in impls), None)
+        if ours is None:
+            continue
+        ratios = [f"{impls[p]['us'] / ours['us']:.2f}" if p in impls else "-" for p in peers]
+        lines.append(
+            f"| {op} | {list(shape)} | {dtype} | {ours['impl']} | {ours['us']:.2f} | "
+            f"{ours['pct_of_copy']:.1f} | " + " | ".join(ratios) + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plots(group: str, result: dict, out_dir: Path) -> list[Path]:
+    """One PNG per op: GB/s against tokens, one line per implementation, a panel per width."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plots")
+        return []
+    by_op: dict[str, list[dict]] = defaultdict(list)
+    for r in result["records"]:
+        by_op[r["op"]].append(r)
+    written = []
+    for op, records in sorted(by_op.items()):
+        widths = sorted({tuple(r["shape"][1:]) for r in records})
+        fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 4), squeeze=False)
+        for ax, width in zip(axes[0], widths, strict=True):
+            for impl in sorted({r["impl"] for r in records}):
+                points = sorted(
+                    (r["shape"][0], r["gbps"])
+                    for r in records
+                    if r["impl"] == impl and tuple(r["shape"][1:]) == width
+                )
+                if points:
+                    xs, ys = zip(*points, strict=True)
+                    ax.plot(xs, ys, marker="o", label=impl, linewidth=2.5 if impl in OURS else 1.2)
+            ax.axhline(result["copy_gbps"], color="gray", linestyle="--", label="copy")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("tokens")
+            ax.set_ylabel("GB/s")
+            ax.set_title(f"{op} {list(width)}")
+            ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=8)
+        fig.suptitle(f"{group}.{op} on {result['gpu']} ({result['date']}, {result['commit']})")
+        fig.tight_layout()
+        path = out_dir / f"{group}-{op}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,117 @@
+"""Run benchmark suites and write ``docs/benchmarks/<group>.json``, a markdown table and plots.
+
+    python -m shared.bench.run --group layernorm [--quick] [--out docs/benchmarks]
+
+A suite is ``shared/bench/suites/<group>.py`` with ``cases(quick: bool) -> Iterable[Case]`` and
+optionally ``extra() -> dict`` (more top-level JSON keys, e.g. JIT timings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from shared.bench import harness, report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def available_suites() -> list[str]:
+    return sorted(
+        p.stem
+        for p in (Path(__file__).parent / "suites").glob("*.py")
+        if not p.stem.startswith("_")
+    )
+
+
+def run_group(group: str, quick: bool, out_dir: Path, copy: float, commit_id: str) -> dict:
+    suite = importlib.import_module(f"shared.bench.suites.{group}")
+    cases = list(suite.cases(quick))
+    records: list[harness.Record] = []
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[current]}"),
+    )
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task(group, total=len(cases), current="")
+        for case in cases:
+            label = f"{case.op} {case.shape}"
+            records += harness.run_case(
+                case,
+                copy,
+                on_impl=lambda name, label=label: progress.update(task, current=f"{label} {name}"),
+            )
+            progress.advance(task)
+    result = {
+        "gpu": torch.cuda.get_device_name(),
+        "date": datetime.date.today().isoformat(),
+        "commit": commit_id,
+        "copy_gbps": round(copy, 1),
+        "records": [r.as_json() for r in records],
+    }
+    if hasattr(suite, "extra"):
+        result.update(suite.extra())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{group}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out_dir / f"{group}.md").write_text(report.markdown(group, result))
+    report.plots(group, result, out_dir)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="benchmark kernels against their peers")
+    parser.add_argument(
+        "--group",
+        action="append",
+        choices=available_suites(),
+        help="suite to run (repeatable; default: all)",
+    )
+    parser.add_argument("--quick", action="store_true", help="a few shapes only")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks need a CUDA GPU", file=sys.stderr)
+        return 2
+    copy = harness.copy_gbps()
+    print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy:.0f} GB/s (read + write)")
+    commit_id = commit()
+    for group in args.group or available_suites():
+        result = run_group(group, args.quick, args.out, copy, commit_id)
+        print(report.markdown(group, result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
