@@ -27,6 +27,7 @@ from kernels_jit.module import CompiledFunction
 LIBRARY_NAMESPACE = "kernels_ops"
 _LIBRARY = torch.library.Library(LIBRARY_NAMESPACE, "FRAGMENT")
 _OPS: dict[str, Op] = {}
+_is_compiling = torch.compiler.is_compiling
 _DEFINED: set[str] = set()
 
 
@@ -119,10 +120,24 @@ class Op:
         _OPS[op_id] = self
 
     def __call__(self, *args: Any, backend: str | None = None) -> None:
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             self.torch_op(*args, backend)
-        else:
-            self.select(args, backend)(*args)
+            return
+        # The hot path: one dict lookup keyed by (device, dtype, backend); eligibility checks
+        # only for the candidates that declare one.
+        x = args[self.device_arg]
+        candidates = self._cache.get((x.device, x.dtype, backend))
+        if candidates is None:
+            candidates = self._resolve(x, backend)
+        for candidate in candidates:
+            eligible = candidate.eligible
+            if eligible is None or eligible(*args) is None:
+                fn = candidate.fn
+                if type(fn) is CompiledFunction:  # first use: load, then keep the raw function
+                    fn = candidate.fn = fn.resolve()
+                fn(*args)
+                return
+        raise BackendUnavailableError(self.explain(args, backend))
 
     def _impl(self, *args: Any, backend: str | None = None) -> None:
         # The dispatcher drops trailing arguments equal to their default, so ``backend`` may be
@@ -131,17 +146,19 @@ class Op:
             *args, backend = args
         self.select(tuple(args), backend)(*args)
 
+    def _resolve(self, x: Any, backend: str | None) -> tuple[_Candidate, ...]:
+        key = (x.device, x.dtype, backend)
+        candidates = self._cache[key] = self._candidates(x.device, x.dtype, backend)
+        return candidates
+
     def select(self, args: tuple[Any, ...], backend: str | None = None) -> Callable[..., None]:
         """The function of the first eligible backend for these arguments."""
         x = args[self.device_arg]
-        key = (x.device, x.dtype, backend)
-        candidates = self._cache.get(key)
-        if candidates is None:
-            candidates = self._cache[key] = self._candidates(x.device, x.dtype, backend)
+        candidates = self._cache.get((x.device, x.dtype, backend)) or self._resolve(x, backend)
         for candidate in candidates:
             if candidate.eligible is None or candidate.eligible(*args) is None:
                 fn = candidate.fn
-                if type(fn) is CompiledFunction:  # first use: load, then keep the raw function
+                if type(fn) is CompiledFunction:
                     fn = candidate.fn = fn.resolve()
                 return fn
         raise BackendUnavailableError(self.explain(args, backend))

@@ -11,10 +11,12 @@
 
 namespace add_constant_detail {
 
+// One 16-byte vector per thread, 256 threads, one CTA per 256 vectors. A sweep on the H200
+// (2026-12-02, 1 GiB fp32 in and out, CUDA graphs) put this first at 4253 GB/s (505 us); 2, 4
+// or 8 vectors per thread gave 4095-4136 GB/s, persistent grids (4 CTAs per SM) <= 4000 GB/s,
+// 512 threads 4227 GB/s; streaming (.cs) loads and stores were within 0.5% of plain ones.
 constexpr int kBlockSize = 256;
-// Vectors per thread: four 16-byte loads in flight per thread before the first store hides more
-// DRAM latency than one; the scalar path has no such need.
-constexpr int kUnroll = 4;
+constexpr int kUnroll = 1;
 
 template <typename T>
 __device__ __forceinline__ T add(T x, float c) {
