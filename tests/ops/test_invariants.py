@@ -152,3 +152,19 @@ print(json.dumps({"heavy": heavy, "backends": backends}))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = json.loads(out.stdout)
     assert loaded == {"heavy": [], "backends": []}
+
+
+def test_public_ops_stay_functions_after_importing_their_modules():
+    """Regression: importing ``kernels_moe.topk_softmax`` (the op file) used to rebind the
+    package attribute to the module, so ``kernels_moe.topk_softmax(...)`` was not callable."""
+    code = """
+import importlib, kernels_ops
+from kernels_jit.registry import all_ops
+for spec in all_ops():
+    importlib.import_module(spec.public.partition(":")[0])
+    group = importlib.import_module(f"kernels_{spec.group}")
+    assert callable(getattr(group, spec.name)), spec.id
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr

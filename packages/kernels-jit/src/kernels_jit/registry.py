@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
+import types
 from dataclasses import dataclass, field
 
 GROUPS: tuple[str, ...] = (
@@ -184,15 +185,35 @@ def target_exists(target: str) -> bool:
         return False
 
 
+class _GroupModule(types.ModuleType):
+    """A group package whose public op names stay bound to the op functions.
+
+    Op files are named after their op (``kernels_moe/topk_softmax.py`` defines ``topk_softmax``).
+    Importing such a submodule makes Python bind the package attribute to the *module*; this
+    class rebinds it to the function, so ``kernels_moe.topk_softmax(...)`` keeps working whatever
+    was imported first.
+    """
+
+    _publics: dict[str, str]
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if isinstance(value, types.ModuleType) and name in self.__dict__.get("_publics", {}):
+            value = resolve_target(self._publics[name])
+        super().__setattr__(name, value)
+
+
 def lazy_attributes(group_module: str, ops: tuple[OpSpec, ...]):
     """A PEP 562 ``__getattr__`` that resolves a group's public ops on first access."""
+    import sys
+
     publics = {spec.name: spec.public for spec in ops}
+    module = sys.modules[group_module]
+    module.__class__ = _GroupModule
+    module.__dict__["_publics"] = publics
 
     def __getattr__(name: str):
         if name in publics:
             value = resolve_target(publics[name])
-            import sys
-
             setattr(sys.modules[group_module], name, value)
             return value
         raise AttributeError(f"module {group_module!r} has no attribute {name!r}")

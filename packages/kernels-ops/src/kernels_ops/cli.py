@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 console = Console()
@@ -39,7 +40,9 @@ def cmd_list(args) -> int:
         marks = []
         for backend in spec.backends:
             reason = unavailable_reason(backend)
-            marks.append(backend.name if reason is None else f"[dim]{backend.name}: {reason}[/dim]")
+            marks.append(
+                backend.name if reason is None else f"[dim]{backend.name}: {escape(reason)}[/dim]"
+            )
         table.add_row(
             spec.id,
             ", ".join(b.name for b in spec.backends),
@@ -60,7 +63,7 @@ def cmd_doctor(args) -> int:
         table.add_column("key", style="bold")
         table.add_column("value")
         for key, value in rows:
-            table.add_row(key, value)
+            table.add_row(escape(key), escape(value))
         console.print(table)
     return 0
 
@@ -110,7 +113,9 @@ def cmd_check(args) -> int:
             continue
         for outcome in check_op(spec, device):
             failures += not outcome.ok
-            result = "[green]ok[/green]" if outcome.ok else f"[red]FAIL[/red] {outcome.error}"
+            result = (
+                "[green]ok[/green]" if outcome.ok else f"[red]FAIL[/red] {escape(outcome.error)}"
+            )
             if outcome.ok and outcome.backend == "torch":
                 result = "[green]ok[/green] (reference only)"
             table.add_row(

@@ -1,0 +1,29 @@
+"""Pure-torch references of the GEMM ops: fp32 accumulation, the result rounded once."""
+
+from __future__ import annotations
+
+import torch
+
+
+def dsv3_router_gemm(
+    x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Router logits ``x @ w.T``: x [M, K], w [E, K] -> [M, E] in ``out_dtype``."""
+    return (x.float() @ w.float().t()).to(out_dtype)
+
+
+def fp8_scaled_mm(  # noqa: PLR0917
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``(a @ b) * scale_a[m] * scale_b[n] + bias[n]``, dequantized to fp32 (a [M, K], b [K, N]
+    fp8; scale_a [M, 1] or [1]; scale_b [N], [1, N] or [1]; bias [N])."""
+    acc = a.float() @ b.float()
+    acc = acc * scale_a.float().reshape(-1, 1) * scale_b.float().reshape(1, -1)
+    if bias is not None:
+        acc = acc + bias.float()
+    return acc.to(out_dtype)

@@ -1,0 +1,58 @@
+"""kernels-quantization: FP8/INT8 quantization and the Hadamard rotation.
+
+Importing this package registers metadata only (no torch, no compilation); each op loads on
+first attribute access::
+
+    import kernels_quantization
+    q, s = kernels_quantization.per_token_group_quant_8bit(x, 128)
+"""
+
+from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_quantization.version import __version__
+
+_ACTIVATIONS = ("float32", "float16", "bfloat16")
+
+
+def _op(name: str, description: str) -> OpSpec:
+    """An op of this group whose only backend, for now, is the pure-torch reference."""
+    module = f"kernels_quantization.{name}"
+    return OpSpec(
+        group="quantization",
+        name=name,
+        public=f"{module}:{name}",
+        description=description,
+        samples=f"{module}:samples",
+        dtypes=_ACTIVATIONS,
+        backends=(
+            Backend(
+                "torch",
+                f"{module}:_{name}_torch",
+                devices=("cpu", "cuda"),
+                description="pure-torch reference",
+            ),
+        ),
+    )
+
+
+OPS = register_group(
+    "quantization",
+    [
+        _op("per_token_quant_fp8", "fp8 e4m3 with one dynamic fp32 scale per row"),
+        _op("per_tensor_quant_fp8", "fp8 e4m3 with one dynamic (absmax/448) or static scale"),
+        _op(
+            "per_token_group_quant_8bit",
+            "fp8/int8 with one scale per group; row/column-major, TMA-aligned, UE8M0 scales",
+        ),
+        _op("hadamard_transform", "Walsh-Hadamard transform of the last dim, times a scale"),
+    ],
+)
+
+__all__ = [
+    "OPS",
+    "__version__",
+    "hadamard_transform",
+    "per_tensor_quant_fp8",
+    "per_token_group_quant_8bit",
+    "per_token_quant_fp8",
+]
+__getattr__ = lazy_attributes(__name__, OPS)

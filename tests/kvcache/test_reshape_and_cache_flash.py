@@ -1,0 +1,127 @@
+"""kvcache.reshape_and_cache_flash against a loop over slots: block sizes 1/5/16, Hk 1-8, Dv != D,
+padding slots, K/V halves of one cache tensor, fp8 (and uint8-stored fp8) caches, empty input,
+out-of-range slots, bad arguments, opcheck."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels_kvcache import reshape_and_cache_flash
+from shared.testing.inputs import randn
+
+FP8 = torch.float8_e4m3fn
+
+
+def _expected(key, value, key_cache, value_cache, slots, conv=None):  # noqa: PLR0917
+    k_out, v_out = key_cache.clone(), value_cache.clone()
+    bs = key_cache.shape[1]
+    for i, slot in enumerate(slots.tolist()):
+        if slot < 0:
+            continue
+        k_out[slot // bs, slot % bs] = conv(key[i]) if conv else key[i]
+        v_out[slot // bs, slot % bs] = conv(value[i]) if conv else value[i]
+    return k_out, v_out
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+@pytest.mark.parametrize(
+    ("n", "blocks", "bs", "heads", "d", "dv"),
+    [(1, 1, 1, 1, 8, 8), (6, 4, 16, 2, 64, 64), (11, 3, 5, 8, 24, 40), (20, 2, 16, 1, 256, 128)],
+)
+def test_matches_loop(dtype, n, blocks, bs, heads, d, dv):  # noqa: PLR0917
+    key, value = randn(n, heads, d, dtype=dtype, seed=1), randn(n, heads, dv, dtype=dtype, seed=2)
+    key_cache = randn(blocks, bs, heads, d, dtype=dtype, seed=3)
+    value_cache = randn(blocks, bs, heads, dv, dtype=dtype, seed=4)
+    slots = torch.randperm(blocks * bs, generator=torch.Generator().manual_seed(n))[:n]
+    slots[n // 2] = -1
+    k_ref, v_ref = _expected(key, value, key_cache, value_cache, slots)
+    reshape_and_cache_flash(key, value, key_cache, value_cache, slots)
+    assert torch.equal(key_cache, k_ref) and torch.equal(value_cache, v_ref)
+
+
+def test_kv_halves_of_one_tensor_and_strided_key():
+    kv = torch.zeros(3, 2, 4, 2, 32, dtype=torch.float16)  # [NB, 2, bs, Hk, D]
+    qkv = randn(5, 6, 32, dtype=torch.float16, seed=5)
+    key, value = qkv[:, 2:4], qkv[:, 4:6]
+    slots = torch.tensor([11, 0, -1, 5, 3], dtype=torch.int32)
+    k_ref, v_ref = _expected(key, value, kv[:, 0], kv[:, 1], slots)
+    reshape_and_cache_flash(key, value, kv[:, 0], kv[:, 1], slots)
+    assert torch.equal(kv[:, 0], k_ref) and torch.equal(kv[:, 1], v_ref)
+
+
+@pytest.mark.parametrize("storage", (FP8, torch.uint8), ids=str)
+def test_fp8_cache(storage, e4m3):
+    key = randn(4, 2, 16, dtype=torch.bfloat16, seed=6, scale=3)
+    value = randn(4, 2, 16, dtype=torch.bfloat16, seed=7)
+    key_cache = torch.zeros(2, 4, 2, 16, dtype=storage)
+    value_cache = torch.zeros(2, 4, 2, 16, dtype=storage)
+    slots = torch.tensor([7, -1, 0, 2])
+    reshape_and_cache_flash(
+        key,
+        value,
+        key_cache,
+        value_cache,
+        slots,
+        kv_cache_dtype="fp8",
+        k_scale=torch.tensor([0.05]),
+        v_scale=torch.tensor([2.0]),
+    )
+    k8, v8 = key_cache.view(FP8).double(), value_cache.view(FP8).double()
+    for i, slot in enumerate(slots.tolist()):
+        if slot >= 0:
+            assert torch.equal(k8[slot // 4, slot % 4], e4m3(key[i], 0.05))
+            assert torch.equal(v8[slot // 4, slot % 4], e4m3(value[i], 2.0))
+    assert (k8[1, 2] == 0).all()
+
+
+def test_empty_and_out_of_range():
+    kc, vc = torch.zeros(2, 4, 1, 8), torch.zeros(2, 4, 1, 8)
+    reshape_and_cache_flash(
+        torch.empty(0, 1, 8), torch.empty(0, 1, 8), kc, vc, torch.empty(0, dtype=torch.int64)
+    )
+    assert (kc == 0).all()
+    with pytest.raises(
+        ValueError,
+        match=r"reshape_and_cache_flash: slot_mapping holds slot 8, outside the cache of 8 slots",
+    ):
+        reshape_and_cache_flash(
+            torch.ones(2, 1, 8), torch.ones(2, 1, 8), kc, vc, torch.tensor([8, 1])
+        )
+    assert (kc == 0).all()
+
+
+def test_bad_arguments():
+    key, value = torch.ones(2, 2, 8), torch.ones(2, 2, 8)
+    kc, vc = torch.zeros(3, 4, 2, 8), torch.zeros(3, 4, 2, 8)
+    slots = torch.tensor([0, 1])
+    with pytest.raises(
+        TypeError,
+        match="kv_cache_dtype='auto' needs key_cache of the input dtype float32, got bfloat16",
+    ):
+        reshape_and_cache_flash(key, value, kc.bfloat16(), vc, slots)
+    with pytest.raises(
+        TypeError, match="kv_cache_dtype='fp8' needs value_cache of dtype float8_e4m3fn"
+    ):
+        reshape_and_cache_flash(key, value, kc.to(FP8), vc, slots, kv_cache_dtype="fp8")
+    with pytest.raises(ValueError, match=r"kv_cache_dtype must be one of .*got 'int8'"):
+        reshape_and_cache_flash(key, value, kc, vc, slots, kv_cache_dtype="int8")
+    with pytest.raises(
+        ValueError,
+        match=r"key_cache \[num_blocks, block_size, Hk, D\] must match the input's "
+        r"\[Hk, D\] = \[2, 8\]",
+    ):
+        reshape_and_cache_flash(key, value, torch.zeros(3, 4, 1, 8), vc, slots)
+    with pytest.raises(ValueError, match="key_cache and value_cache must share"):
+        reshape_and_cache_flash(key, value, kc, torch.zeros(2, 4, 2, 8), slots)
+    with pytest.raises(ValueError, match=r"key must have 3 dims, got shape \(2, 16\)"):
+        reshape_and_cache_flash(key.reshape(2, 16), value, kc, vc, slots)
+
+
+def test_opcheck():
+    from kernels_kvcache.reshape_and_cache_flash import RESHAPE_AND_CACHE_FLASH
+
+    key, value = randn(3, 2, 16, seed=1), randn(3, 2, 8, seed=2)
+    kc, vc = torch.zeros(2, 4, 2, 16), torch.zeros(2, 4, 2, 8)
+    args = (kc, vc, key, value, torch.tensor([5, -1, 2]), "auto", None, None, None)
+    torch.library.opcheck(RESHAPE_AND_CACHE_FLASH.torch_op, args)

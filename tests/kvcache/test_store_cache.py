@@ -1,0 +1,159 @@
+"""kvcache.store_cache against a row-by-row loop: Llama-3-8B widths and odd widths, Dv != D, padding
+and skipped slots, fp8 caches with scales, strided inputs, empty input, out-of-range slots, bad
+arguments, opcheck and torch.compile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels_kvcache import store_cache
+from shared.testing.compare import assert_close
+from shared.testing.inputs import randn
+
+FP8 = torch.float8_e4m3fn
+
+
+def _expected(k, v, k_cache, v_cache, indices, skip=-1, conv_k=None, conv_v=None):  # noqa: PLR0917
+    k_out, v_out = k_cache.clone(), v_cache.clone()
+    for i, slot in enumerate(indices.tolist()):
+        if slot < 0 or slot == skip:
+            continue
+        k_out[slot] = conv_k(k[i]) if conv_k else k[i]
+        v_out[slot] = conv_v(v[i]) if conv_v else v[i]
+    return k_out, v_out
+
+
+def _slots(n: int, s: int, seed: int) -> torch.Tensor:
+    idx = torch.randperm(s, generator=torch.Generator().manual_seed(seed))[:n]
+    idx[:: max(n // 3, 1)] = -1  # padding rows
+    return idx
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize(
+    ("n", "wk", "wv", "s"),
+    [(1, 1024, 1024, 4), (7, 1024, 1024, 64), (13, 96, 40, 30), (5, 3, 5, 9)],
+)
+@pytest.mark.parametrize("index_dtype", (torch.int32, torch.int64), ids=str)
+def test_matches_loop(dtype, n, wk, wv, s, index_dtype):  # noqa: PLR0917
+    k, v = randn(n, wk, dtype=dtype, seed=1), randn(n, wv, dtype=dtype, seed=2)
+    k_cache, v_cache = randn(s, wk, dtype=dtype, seed=3), randn(s, wv, dtype=dtype, seed=4)
+    idx = _slots(n, s, seed=n).to(index_dtype)
+    k_ref, v_ref = _expected(k, v, k_cache, v_cache, idx)
+    assert store_cache(k, v, k_cache, v_cache, idx) is None
+    assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
+
+
+def test_skip_index_zero_like_sglang():
+    k, v = randn(4, 16, seed=1), randn(4, 16, seed=2)
+    k_cache, v_cache = torch.zeros(8, 16), torch.zeros(8, 16)
+    idx = torch.tensor([0, 3, 0, 5])
+    store_cache(k, v, k_cache, v_cache, idx, skip_index=0)
+    assert (
+        (k_cache[0] == 0).all() and torch.equal(k_cache[3], k[1]) and torch.equal(v_cache[5], v[3])
+    )
+
+
+def test_fp8_cache_with_scales(e4m3):
+    k, v = (
+        randn(9, 64, dtype=torch.bfloat16, seed=5, scale=4),
+        randn(9, 32, dtype=torch.bfloat16, seed=6),
+    )
+    k_cache = torch.zeros(16, 64, dtype=FP8)
+    v_cache = torch.zeros(16, 32, dtype=FP8)
+    idx = _slots(9, 16, seed=7)
+    store_cache(k, v, k_cache, v_cache, idx, k_scale=torch.tensor([0.01]), v_scale=None)
+    for i, slot in enumerate(idx.tolist()):
+        if slot >= 0:
+            assert_close(k_cache[slot].double(), e4m3(k[i], 0.01), atol=0, rtol=0)
+            assert_close(v_cache[slot].double(), e4m3(v[i]), atol=0, rtol=0)
+    assert (k_cache.double().abs() == 448).any()  # |k| / 0.01 saturates
+
+
+def test_strided_inputs_and_cache_views():
+    qkv = randn(6, 3 * 128, dtype=torch.float16, seed=8)
+    k, v = qkv[:, 128:256], qkv[:, 256:]  # views into a fused qkv buffer
+    pool = torch.zeros(10, 2, 128, dtype=torch.float16)
+    k_cache, v_cache = pool[:, 0], pool[:, 1]
+    idx = torch.tensor([9, 2, -1, 4, 0, 7])
+    k_ref, v_ref = _expected(k, v, k_cache, v_cache, idx)
+    store_cache(k, v, k_cache, v_cache, idx)
+    assert torch.equal(pool[:, 0], k_ref) and torch.equal(pool[:, 1], v_ref)
+
+
+def test_empty_leaves_caches_untouched():
+    k_cache, v_cache = randn(4, 8, seed=1), randn(4, 8, seed=2)
+    before = k_cache.clone(), v_cache.clone()
+    store_cache(
+        torch.empty(0, 8), torch.empty(0, 8), k_cache, v_cache, torch.empty(0, dtype=torch.int64)
+    )
+    assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
+
+
+def test_out_of_range_slot_raises():
+    k_cache, v_cache = torch.zeros(4, 8), torch.zeros(4, 8)
+    with pytest.raises(
+        ValueError, match=r"store_cache: indices holds slot 4, outside the cache of 4 slots"
+    ):
+        store_cache(torch.ones(2, 8), torch.ones(2, 8), k_cache, v_cache, torch.tensor([1, 4]))
+    assert (k_cache == 0).all()  # checked before any write
+
+
+def test_bad_arguments():
+    k, v = torch.ones(2, 8), torch.ones(2, 8)
+    kc, vc = torch.zeros(4, 8), torch.zeros(4, 8)
+    idx = torch.tensor([0, 1])
+    with pytest.raises(
+        TypeError,
+        match=r"k_cache must have the dtype of its input rows \(float32\) or float8_e4m3fn, "
+        r"got float16",
+    ):
+        store_cache(k, v, kc.half(), vc, idx)
+    with pytest.raises(
+        ValueError,
+        match=r"v_cache rows must be as wide as v rows \(8\), got v_cache shape \(4, 6\)",
+    ):
+        store_cache(k, v, kc, torch.zeros(4, 6), idx)
+    with pytest.raises(
+        ValueError, match=r"indices must have one slot per input row \(2\), got shape \(3,\)"
+    ):
+        store_cache(k, v, kc, vc, torch.tensor([0, 1, 2]))
+    with pytest.raises(
+        TypeError, match=r"indices must have dtype in \(int32, int64\), got float32"
+    ):
+        store_cache(k, v, kc, vc, idx.float())
+    with pytest.raises(ValueError, match=r"k_scale must hold exactly one fp32 value"):
+        store_cache(k, v, kc.to(FP8), vc, idx, k_scale=torch.ones(2))
+    with pytest.raises(TypeError, match=r"v must have dtype in \(float32\), got float16"):
+        store_cache(k, v.half(), kc, vc, idx)
+    with pytest.raises(
+        ValueError, match="k_cache and v_cache must have the same number of slots S"
+    ):
+        store_cache(k, v, kc, torch.zeros(5, 8), idx)
+
+
+def test_opcheck():
+    from kernels_kvcache.store_cache import STORE_CACHE
+
+    k, v = randn(5, 32, dtype=torch.bfloat16), randn(5, 16, dtype=torch.bfloat16, seed=1)
+    kc = torch.zeros(8, 32, dtype=torch.bfloat16)
+    vc = torch.zeros(8, 16, dtype=torch.bfloat16)
+    idx = torch.tensor([7, 1, -1, 3, 0])
+    torch.library.opcheck(STORE_CACHE.torch_op, (kc, vc, k, v, idx, None, None, -1, None))
+
+
+def test_torch_compile_fullgraph():
+    """Inductor, so the mutating custom op is functionalised and lowered (about 5 s on CPU)."""
+
+    def write(k, v, k_cache, v_cache, idx):
+        store_cache(k * 2, v, k_cache, v_cache, idx)
+        return k_cache.sum()
+
+    k, v = randn(4, 16, seed=1), randn(4, 16, seed=2)
+    k_cache, v_cache = torch.zeros(6, 16), torch.zeros(6, 16)
+    idx = torch.tensor([5, -1, 0, 2])
+    k_ref, v_ref = _expected(k * 2, v, k_cache, v_cache, idx)
+    total = torch.compile(write, fullgraph=True)(k, v, k_cache, v_cache, idx)
+    assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
+    assert_close(total, k_ref.sum())

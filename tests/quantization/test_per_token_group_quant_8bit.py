@@ -1,0 +1,229 @@
+"""quantization.per_token_group_quant_8bit against a float64 oracle: fp8 and int8, every group size,
+every scale layout (row-major, column-major, TMA-aligned with M not a multiple of 4, packed UE8M0),
+3-D inputs, strided input, out_q/out_s, empty input, bad arguments, opcheck, torch.compile."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kernels_quantization import per_token_group_quant_8bit, reference
+from shared.testing.inputs import randn, row_strided
+
+FP8 = torch.float8_e4m3fn
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _pow2_ceil(s: torch.Tensor) -> torch.Tensor:
+    """2^ceil(log2 s) from frexp (s = m * 2^e, 0.5 <= m < 1), independent of the bit trick."""
+    out = []
+    for v in s.double().reshape(-1).tolist():
+        m, e = math.frexp(v)
+        out.append(v if m == 0.5 else math.ldexp(1.0, e))
+    return torch.tensor(out, dtype=torch.float64).reshape(s.shape)
+
+
+def _expected(x, group_size, dst_dtype, oracle, eps=1e-10, ue8m0=False):  # noqa: PLR0917
+    """(q as float64, s [..., M, G] as float64) computed group by group in float64."""
+    qmax = 448.0 if dst_dtype == FP8 else 127.0
+    groups = x.shape[-1] // group_size
+    xg = x.double().reshape(*x.shape[:-1], groups, group_size)
+    s = oracle.round_fp32(xg.abs().amax(dim=-1).clamp(min=eps) / qmax)
+    if ue8m0:
+        s = _pow2_ceil(s)
+    v = oracle.round_fp32(xg / s.unsqueeze(-1))
+    q = oracle.e4m3(v) if dst_dtype == FP8 else oracle.int8(v)
+    return q.reshape(x.shape), s
+
+
+def _assert_exact(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    torch.testing.assert_close(actual.double(), expected, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dst_dtype", (FP8, torch.int8), ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("group_size", (16, 32, 64, 128, 256))
+def test_row_major_matches_oracle(dst_dtype, dtype, group_size, oracle):
+    x = randn(5, 2 * group_size, dtype=dtype, seed=group_size, scale=3.0)
+    q, s = per_token_group_quant_8bit(x, group_size, dst_dtype=dst_dtype)
+    q_ref, s_ref = _expected(x, group_size, dst_dtype, oracle)
+    assert q.dtype == dst_dtype and s.is_contiguous() and s.shape == (5, 2)
+    _assert_exact(s, s_ref)
+    _assert_exact(q, q_ref)
+
+
+# The oracle fixture is stateless, so sharing it across examples is safe.
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    lead=st.lists(st.integers(0, 6), min_size=1, max_size=3),
+    groups=st.integers(1, 5),
+    group_size=st.sampled_from((16, 32, 64, 128)),
+    dst_dtype=st.sampled_from((FP8, torch.int8)),
+    ue8m0=st.booleans(),
+    eps=st.sampled_from((1e-10, 1e-4, 0.5)),
+    seed=st.integers(0, 2**16),
+)
+def test_random_shapes_row_major(lead, groups, group_size, dst_dtype, ue8m0, eps, seed, oracle):  # noqa: PLR0917
+    x = randn(*lead, groups * group_size, dtype=torch.bfloat16, seed=seed, scale=2.0)
+    q, s = per_token_group_quant_8bit(
+        x, group_size, dst_dtype=dst_dtype, eps=eps, scale_ue8m0=ue8m0
+    )
+    q_ref, s_ref = _expected(x, group_size, dst_dtype, oracle, eps=eps, ue8m0=ue8m0)
+    assert s.shape == (*lead, groups)
+    _assert_exact(s, s_ref)
+    _assert_exact(q, q_ref)
+
+
+@pytest.mark.parametrize("m", (1, 3, 4, 5, 13))
+@pytest.mark.parametrize("tma", (False, True))
+def test_column_major_layouts(m, tma, oracle):
+    x = randn(m, 384, dtype=torch.bfloat16, seed=m)
+    q, s = per_token_group_quant_8bit(x, 128, column_major_scales=True, scale_tma_aligned=tma)
+    q_ref, s_ref = _expected(x, 128, FP8, oracle)
+    _assert_exact(s, s_ref)
+    _assert_exact(q, q_ref)
+    assert s.stride(0) == 1  # M is the fast dim
+    rows = (m + 3) // 4 * 4 if tma else m
+    assert s.stride(1) == rows  # storage [G, ceil4(M)] (TMA) or [G, M]
+    assert s.untyped_storage().nbytes() == 3 * rows * 4
+
+
+def test_column_major_3d_batches_leading_dims(oracle):
+    x = randn(2, 5, 256, dtype=torch.float16, seed=9)
+    q, s = per_token_group_quant_8bit(x, 64, column_major_scales=True, scale_tma_aligned=True)
+    assert s.shape == (2, 5, 4) and s.stride() == (4 * 8, 1, 8)
+    q_ref, s_ref = _expected(x, 64, FP8, oracle)
+    _assert_exact(s, s_ref)
+    _assert_exact(q, q_ref)
+
+
+def _unpack(words: torch.Tensor, groups: int) -> torch.Tensor:
+    """Biased exponents [..., M, G] read back byte by byte from the packed int32 words."""
+    out = torch.zeros(*words.shape[:-1], groups, dtype=torch.int64)
+    w = words.to(torch.int64) & 0xFFFFFFFF
+    for g in range(groups):
+        out[..., g] = (w[..., g // 4] >> (8 * (g % 4))) & 0xFF
+    return out
+
+
+@pytest.mark.parametrize("groups", (1, 4, 5, 9))
+@pytest.mark.parametrize("m", (1, 6))
+def test_packed_ue8m0(groups, m, oracle):
+    x = randn(m, groups * 32, dtype=torch.bfloat16, seed=groups, scale=50.0)
+    x[0, :32] = 0  # a group at the eps floor: a tiny exponent
+    flags = {"column_major_scales": True, "scale_tma_aligned": True, "scale_ue8m0": True}
+    q, s = per_token_group_quant_8bit(x, 32, **flags, pack_ue8m0=True)
+    words = (groups + 3) // 4
+    assert s.dtype == torch.int32 and s.shape == (m, words) and s.stride(0) == 1
+    assert s.stride(1) == (m + 3) // 4 * 4
+    q_ref, s_ref = _expected(x, 32, FP8, oracle, ue8m0=True)
+    _assert_exact(q, q_ref)
+    exponents = torch.tensor(
+        [[math.frexp(v)[1] - 1 + 127 for v in row] for row in s_ref.tolist()], dtype=torch.int64
+    )
+    assert torch.equal(_unpack(s, groups), exponents)
+    if groups % 4:  # bytes of groups >= G are zero
+        assert torch.equal(
+            _unpack(s, words * 4)[:, groups:], torch.zeros(m, words * 4 - groups, dtype=torch.int64)
+        )
+    # The packed exponents describe exactly the fp32 scales of the unpacked mode.
+    _, s_f32 = per_token_group_quant_8bit(x, 32, **flags)
+    assert torch.equal(2.0 ** (_unpack(s, groups) - 127).double(), s_f32.double())
+
+
+def test_strided_input_and_caller_buffers(oracle):
+    x = row_strided(randn(6, 256, dtype=torch.bfloat16, seed=4), extra=64)
+    out_q = torch.empty(6, 256, dtype=torch.int8)
+    storage = torch.full((2, 8), -1.0)
+    out_s = storage.t()[:6]
+    q, s = per_token_group_quant_8bit(
+        x, 128, dst_dtype=torch.int8, column_major_scales=True, out_q=out_q, out_s=out_s
+    )
+    assert q is out_q and s is out_s
+    q_ref, s_ref = _expected(x, 128, torch.int8, oracle)
+    _assert_exact(out_q, q_ref)
+    _assert_exact(out_s, s_ref)
+    assert (storage[:, 6:] == -1).all()  # padding rows untouched
+
+
+def test_int8_rounds_half_to_even_and_saturates():
+    # Group absmax 127 gives s = 1 exactly, so q = rne(x): 0.5 -> 0, 1.5 -> 2, 2.5 -> 2.
+    x = torch.zeros(1, 16)
+    x[0, :6] = torch.tensor([0.5, 1.5, 2.5, -0.5, -2.5, 127.0])
+    q, s = per_token_group_quant_8bit(x, 16, dst_dtype=torch.int8)
+    assert s.item() == 1.0
+    assert q[0, :6].tolist() == [0, 2, 2, 0, -2, 127]
+
+
+def test_empty_inputs():
+    x = torch.empty(0, 256, dtype=torch.bfloat16)
+    q, s = per_token_group_quant_8bit(x, 128, column_major_scales=True, scale_tma_aligned=True)
+    assert q.shape == (0, 256) and s.shape == (0, 2)
+    q, s = per_token_group_quant_8bit(torch.empty(3, 0, 128), 64)
+    assert q.shape == (3, 0, 128) and s.shape == (3, 0, 2)
+
+
+def test_bad_arguments():
+    op = "per_token_group_quant_8bit"
+    x = torch.randn(4, 256)
+    with pytest.raises(ValueError, match=rf"{op}: group_size must be one of .*got 100"):
+        per_token_group_quant_8bit(x, 100)
+    with pytest.raises(ValueError, match=r"last dim of x \(200\) must be a multiple of group_size"):
+        per_token_group_quant_8bit(torch.randn(4, 200), 128)
+    with pytest.raises(TypeError, match="dst_dtype must be torch.float8_e4m3fn or torch.int8"):
+        per_token_group_quant_8bit(x, 128, dst_dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"eps must be > 0 .*got 0.0"):
+        per_token_group_quant_8bit(x, 128, eps=0.0)
+    with pytest.raises(ValueError, match="pack_ue8m0=True needs scale_ue8m0"):
+        per_token_group_quant_8bit(x, 128, pack_ue8m0=True)
+    with pytest.raises(ValueError, match="scale_tma_aligned=True needs column_major_scales"):
+        per_token_group_quant_8bit(x, 128, scale_tma_aligned=True)
+    with pytest.raises(ValueError, match=r"out_s must have shape \(4, 2\), got \(4, 3\)"):
+        per_token_group_quant_8bit(x, 128, out_s=torch.empty(4, 3))
+    with pytest.raises(ValueError, match=r"out_s columns must start 16 bytes apart .*\(1, 5\)"):
+        per_token_group_quant_8bit(
+            torch.randn(5, 256),
+            128,
+            column_major_scales=True,
+            scale_tma_aligned=True,
+            out_s=torch.empty(2, 5).t(),
+        )
+    with pytest.raises(ValueError, match="out_s must be column-major"):
+        per_token_group_quant_8bit(x, 128, column_major_scales=True, out_s=torch.empty(4, 2))
+    with pytest.raises(TypeError, match="out_q must have dtype int8, got float8_e4m3fn"):
+        per_token_group_quant_8bit(
+            x, 128, dst_dtype=torch.int8, out_q=torch.empty(4, 256, dtype=FP8)
+        )
+
+
+def test_opcheck_int8():
+    """The int8 output lets opcheck run all its tests (test_schema cannot compare fp8 tensors)."""
+    from kernels_quantization.per_token_group_quant_8bit import PER_TOKEN_GROUP_QUANT_8BIT
+
+    x = randn(7, 128, dtype=torch.bfloat16)
+    q = torch.empty(7, 128, dtype=torch.int8)
+    s = torch.empty(4, 8).t()[:7]
+    torch.library.opcheck(
+        PER_TOKEN_GROUP_QUANT_8BIT.torch_op, (q, s, x, 32, 1e-10, False, False, None)
+    )
+
+
+def test_torch_compile_fullgraph_aot():
+    """aot_eager traces and functionalises the custom op with its strided scale view; the inductor
+    lowering is covered once per group by test_per_token_quant_fp8."""
+    x = randn(6, 256, dtype=torch.bfloat16)
+
+    def fn(t):
+        return per_token_group_quant_8bit(
+            t, 64, column_major_scales=True, scale_tma_aligned=True, scale_ue8m0=True
+        )
+
+    q, s = torch.compile(fn, fullgraph=True, backend="aot_eager")(x)
+    q_ref, s_ref = reference.per_token_group_quant_8bit(x, 64, FP8, 1e-10, True)
+    assert torch.equal(s, s_ref) and torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
