@@ -13,7 +13,7 @@ from shared.testing.inputs import randn
 FP8 = torch.float8_e4m3fn
 
 
-def _expected(key, value, key_cache, value_cache, slots, conv=None):  # noqa: PLR0917
+def _expected(key, value, key_cache, value_cache, slots, conv=None):
     k_out, v_out = key_cache.clone(), value_cache.clone()
     bs = key_cache.shape[1]
     for i, slot in enumerate(slots.tolist()):
@@ -29,7 +29,7 @@ def _expected(key, value, key_cache, value_cache, slots, conv=None):  # noqa: PL
     ("n", "blocks", "bs", "heads", "d", "dv"),
     [(1, 1, 1, 1, 8, 8), (6, 4, 16, 2, 64, 64), (11, 3, 5, 8, 24, 40), (20, 2, 16, 1, 256, 128)],
 )
-def test_matches_loop(dtype, n, blocks, bs, heads, d, dv):  # noqa: PLR0917
+def test_matches_loop(dtype, n, blocks, bs, heads, d, dv):
     key, value = randn(n, heads, d, dtype=dtype, seed=1), randn(n, heads, dv, dtype=dtype, seed=2)
     key_cache = randn(blocks, bs, heads, d, dtype=dtype, seed=3)
     value_cache = randn(blocks, bs, heads, dv, dtype=dtype, seed=4)

@@ -25,7 +25,7 @@ def _expected(buf, loc, nope, rope):
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
 @pytest.mark.parametrize(("n", "s", "dn", "dr"), [(1, 2, 512, 64), (7, 32, 512, 64), (5, 9, 13, 3)])
 @pytest.mark.parametrize("three_d", (False, True))
-def test_matches_loop(dtype, n, s, dn, dr, three_d):  # noqa: PLR0917
+def test_matches_loop(dtype, n, s, dn, dr, three_d):
     shape = (n, 1) if three_d else (n,)
     nope, rope = randn(*shape, dn, dtype=dtype, seed=1), randn(*shape, dr, dtype=dtype, seed=2)
     buf = (

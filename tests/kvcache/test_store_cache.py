@@ -14,7 +14,7 @@ from shared.testing.inputs import randn
 FP8 = torch.float8_e4m3fn
 
 
-def _expected(k, v, k_cache, v_cache, indices, skip=-1, conv_k=None, conv_v=None):  # noqa: PLR0917
+def _expected(k, v, k_cache, v_cache, indices, skip=-1, conv_k=None, conv_v=None):
     k_out, v_out = k_cache.clone(), v_cache.clone()
     for i, slot in enumerate(indices.tolist()):
         if slot < 0 or slot == skip:
@@ -36,7 +36,7 @@ def _slots(n: int, s: int, seed: int) -> torch.Tensor:
     [(1, 1024, 1024, 4), (7, 1024, 1024, 64), (13, 96, 40, 30), (5, 3, 5, 9)],
 )
 @pytest.mark.parametrize("index_dtype", (torch.int32, torch.int64), ids=str)
-def test_matches_loop(dtype, n, wk, wv, s, index_dtype):  # noqa: PLR0917
+def test_matches_loop(dtype, n, wk, wv, s, index_dtype):
     k, v = randn(n, wk, dtype=dtype, seed=1), randn(n, wv, dtype=dtype, seed=2)
     k_cache, v_cache = randn(s, wk, dtype=dtype, seed=3), randn(s, wv, dtype=dtype, seed=4)
     idx = _slots(n, s, seed=n).to(index_dtype)

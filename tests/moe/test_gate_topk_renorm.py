@@ -22,7 +22,7 @@ def _spaced_logits(tokens: int, experts: int, seed: int) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def _expected(logits, bias, k, n_group=1, topk_group=1, renorm=True, scale=1.0, on_output=False):  # noqa: PLR0917
+def _expected(logits, bias, k, n_group=1, topk_group=1, renorm=True, scale=1.0, on_output=False):
     weights, ids = [], []
     experts = logits.shape[1]
     size = experts // n_group

@@ -70,7 +70,7 @@ def test_matches_brute_force(tokens, k, experts, bs):
     wide=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_random(tokens, k, experts, bs, filtered, wide, seed):  # noqa: PLR0917
+def test_random(tokens, k, experts, bs, filtered, wide, seed):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(-1 if filtered else 0, experts, (tokens, k), generator=g)
     _check(ids if wide else ids.int(), experts, bs)

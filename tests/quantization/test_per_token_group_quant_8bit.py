@@ -27,7 +27,7 @@ def _pow2_ceil(s: torch.Tensor) -> torch.Tensor:
     return torch.tensor(out, dtype=torch.float64).reshape(s.shape)
 
 
-def _expected(x, group_size, dst_dtype, oracle, eps=1e-10, ue8m0=False):  # noqa: PLR0917
+def _expected(x, group_size, dst_dtype, oracle, eps=1e-10, ue8m0=False):
     """(q as float64, s [..., M, G] as float64) computed group by group in float64."""
     qmax = 448.0 if dst_dtype == FP8 else 127.0
     groups = x.shape[-1] // group_size
@@ -69,7 +69,7 @@ def test_row_major_matches_oracle(dst_dtype, dtype, group_size, oracle):
     eps=st.sampled_from((1e-10, 1e-4, 0.5)),
     seed=st.integers(0, 2**16),
 )
-def test_random_shapes_row_major(lead, groups, group_size, dst_dtype, ue8m0, eps, seed, oracle):  # noqa: PLR0917
+def test_random_shapes_row_major(lead, groups, group_size, dst_dtype, ue8m0, eps, seed, oracle):
     x = randn(*lead, groups * group_size, dtype=torch.bfloat16, seed=seed, scale=2.0)
     q, s = per_token_group_quant_8bit(
         x, group_size, dst_dtype=dst_dtype, eps=eps, scale_ue8m0=ue8m0

@@ -13,7 +13,7 @@ OP_ID = "attention.merge_state"
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _merge_state_torch(  # noqa: PLR0917
+def _merge_state_torch(
     out: torch.Tensor,
     out_lse: torch.Tensor,
     v_a: torch.Tensor,
@@ -26,7 +26,7 @@ def _merge_state_torch(  # noqa: PLR0917
     out_lse.copy_(s)
 
 
-def _merge_state(  # noqa: PLR0917
+def _merge_state(
     out: torch.Tensor,
     out_lse: torch.Tensor,
     v_a: torch.Tensor,

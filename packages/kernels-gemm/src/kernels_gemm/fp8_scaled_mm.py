@@ -14,7 +14,7 @@ FP8 = torch.float8_e4m3fn
 OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def _fp8_scaled_mm_torch(  # noqa: PLR0917
+def _fp8_scaled_mm_torch(
     out: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
@@ -25,7 +25,7 @@ def _fp8_scaled_mm_torch(  # noqa: PLR0917
     out.copy_(reference.fp8_scaled_mm(a, b, scale_a, scale_b, out.dtype, bias))
 
 
-def _fp8_scaled_mm(  # noqa: PLR0917
+def _fp8_scaled_mm(
     out: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
@@ -46,7 +46,7 @@ def _check_scale(arg: str, scale: torch.Tensor, allowed: tuple[tuple[int, ...], 
         raise ValueError(f"{OP_ID}: {arg} must have shape {shapes}, got {list(scale.shape)}")
 
 
-def fp8_scaled_mm(  # noqa: PLR0917
+def fp8_scaled_mm(
     a: torch.Tensor,
     b: torch.Tensor,
     scale_a: torch.Tensor,

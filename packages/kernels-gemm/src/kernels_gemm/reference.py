@@ -12,7 +12,7 @@ def dsv3_router_gemm(
     return (x.float() @ w.float().t()).to(out_dtype)
 
 
-def fp8_scaled_mm(  # noqa: PLR0917
+def fp8_scaled_mm(
     a: torch.Tensor,
     b: torch.Tensor,
     scale_a: torch.Tensor,

@@ -47,7 +47,7 @@ def valid_slots(
     return valid
 
 
-def store_cache(  # noqa: PLR0917
+def store_cache(
     k: torch.Tensor,
     v: torch.Tensor,
     k_cache: torch.Tensor,
@@ -65,7 +65,7 @@ def store_cache(  # noqa: PLR0917
     v_cache[slots] = convert(v[valid], v_cache.dtype, v_scale)
 
 
-def reshape_and_cache_flash(  # noqa: PLR0917
+def reshape_and_cache_flash(
     key: torch.Tensor,
     value: torch.Tensor,
     key_cache: torch.Tensor,

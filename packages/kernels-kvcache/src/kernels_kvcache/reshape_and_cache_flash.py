@@ -14,7 +14,7 @@ OP_ID = "kvcache.reshape_and_cache_flash"
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")
 
 
-def _reshape_and_cache_flash_torch(  # noqa: PLR0917
+def _reshape_and_cache_flash_torch(
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
     key: torch.Tensor,
@@ -29,7 +29,7 @@ def _reshape_and_cache_flash_torch(  # noqa: PLR0917
     )
 
 
-def _reshape_and_cache_flash(  # noqa: PLR0917
+def _reshape_and_cache_flash(
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
     key: torch.Tensor,

@@ -18,7 +18,7 @@ from kernels_kvcache._checks import (
 OP_ID = "kvcache.store_cache"
 
 
-def _store_cache_torch(  # noqa: PLR0917
+def _store_cache_torch(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     k: torch.Tensor,
@@ -31,7 +31,7 @@ def _store_cache_torch(  # noqa: PLR0917
     reference.store_cache(k, v, k_cache, v_cache, indices, k_scale, v_scale, skip_index)
 
 
-def _store_cache(  # noqa: PLR0917
+def _store_cache(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     k: torch.Tensor,

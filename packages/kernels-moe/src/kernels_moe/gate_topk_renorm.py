@@ -15,7 +15,7 @@ LOGIT_DTYPES = (torch.float32, torch.bfloat16)
 BIAS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _gate_topk_renorm_torch(  # noqa: PLR0917
+def _gate_topk_renorm_torch(
     weights: torch.Tensor,
     ids: torch.Tensor,
     logits: torch.Tensor,
@@ -40,7 +40,7 @@ def _gate_topk_renorm_torch(  # noqa: PLR0917
     ids.copy_(i)
 
 
-def _gate_topk_renorm(  # noqa: PLR0917
+def _gate_topk_renorm(
     weights: torch.Tensor,
     ids: torch.Tensor,
     logits: torch.Tensor,

@@ -19,7 +19,7 @@ OP_ID = "moe.moe_align_block_size"
 ID_DTYPES = (torch.int32, torch.int64)
 
 
-def _moe_align_block_size_torch(  # noqa: PLR0917
+def _moe_align_block_size_torch(
     sorted_token_ids: torch.Tensor,
     expert_ids: torch.Tensor,
     num_tokens_post_padded: torch.Tensor,
@@ -34,7 +34,7 @@ def _moe_align_block_size_torch(  # noqa: PLR0917
     num_tokens_post_padded.copy_(total)
 
 
-def _moe_align_block_size(  # noqa: PLR0917
+def _moe_align_block_size(
     sorted_token_ids: torch.Tensor,
     expert_ids: torch.Tensor,
     num_tokens_post_padded: torch.Tensor,

@@ -43,7 +43,7 @@ def topk_softmax(
     return weights, ids.to(torch.int32)
 
 
-def gate_topk_renorm(  # noqa: PLR0917
+def gate_topk_renorm(
     logits: torch.Tensor,
     bias: torch.Tensor | None,
     topk: int,

@@ -14,7 +14,7 @@ OP_ID = "moe.topk_softmax"
 GATING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _topk_softmax_torch(  # noqa: PLR0917
+def _topk_softmax_torch(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
     gating: torch.Tensor,
@@ -29,7 +29,7 @@ def _topk_softmax_torch(  # noqa: PLR0917
     topk_ids.copy_(ids)
 
 
-def _topk_softmax(  # noqa: PLR0917
+def _topk_softmax(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
     gating: torch.Tensor,

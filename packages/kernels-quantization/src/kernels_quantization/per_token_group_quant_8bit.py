@@ -28,7 +28,7 @@ GROUP_SIZES = (16, 32, 64, 128, 256)
 DST_DTYPES = (torch.float8_e4m3fn, torch.int8)
 
 
-def _per_token_group_quant_8bit_torch(  # noqa: PLR0917
+def _per_token_group_quant_8bit_torch(
     q: torch.Tensor,
     s: torch.Tensor,
     x: torch.Tensor,
@@ -42,7 +42,7 @@ def _per_token_group_quant_8bit_torch(  # noqa: PLR0917
     s.copy_(reference.pack_ue8m0(s_ref) if pack_ue8m0 else s_ref)
 
 
-def _per_token_group_quant_8bit(  # noqa: PLR0917
+def _per_token_group_quant_8bit(
     q: torch.Tensor,
     s: torch.Tensor,
     x: torch.Tensor,
@@ -79,7 +79,7 @@ def _scale_view(
     return storage.transpose(-1, -2)[..., :m, :]
 
 
-def _check_options(  # noqa: PLR0917
+def _check_options(
     x: torch.Tensor,
     group_size: int,
     dst_dtype: torch.dtype,
