@@ -7,7 +7,9 @@ from kernels_jit.errors import (
     BuildError,
     CacheDirError,
     KernelsJitError,
+    LoadError,
     ModuleNotBuiltError,
+    PrecompileError,
     ToolchainError,
 )
 from kernels_jit.module import ModuleSpec, declared_modules
@@ -28,7 +30,9 @@ __all__ = [
     "BuildError",
     "CacheDirError",
     "KernelsJitError",
+    "LoadError",
     "ModuleNotBuiltError",
+    "PrecompileError",
     "ModuleSpec",
     "OpSpec",
     "ToolchainError",

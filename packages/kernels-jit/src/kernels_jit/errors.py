@@ -8,7 +8,7 @@ class KernelsJitError(RuntimeError):
 
 
 class ToolchainError(KernelsJitError):
-    """A compiler or the CUDA toolkit is missing."""
+    """A compiler or the CUDA toolkit is missing, or the target arch cannot be determined."""
 
 
 class BuildError(KernelsJitError):
@@ -18,10 +18,14 @@ class BuildError(KernelsJitError):
         self.module = module
         self.command = command
         self.output = output
+        self.reason = reason
         super().__init__(
-            f"building module {module!r} {reason}.\n--- compiler output ---\n{output.strip()}\n"
-            f"--- command ---\n{command}"
+            f"building module {module!r} {reason}.\n--- compiler output ---\n"
+            f"{output.strip() or '(none)'}\n--- command ---\n{command}"
         )
+
+    def __reduce__(self):  # picklable, e.g. across a process pool
+        return (type(self), (self.module, self.command, self.output, self.reason))
 
 
 class ModuleNotBuiltError(KernelsJitError):
@@ -30,3 +34,16 @@ class ModuleNotBuiltError(KernelsJitError):
 
 class CacheDirError(KernelsJitError):
     """The cache directory cannot be written where a build is needed."""
+
+
+class LoadError(KernelsJitError):
+    """A module was just built but its shared object does not load."""
+
+
+class PrecompileError(KernelsJitError):
+    """Some modules of an AOT precompilation failed; ``failures`` holds (what, exception)."""
+
+    def __init__(self, failures: list[tuple[str, BaseException]]) -> None:
+        self.failures = failures
+        details = "\n\n".join(f"=== {what}\n{exc}" for what, exc in failures)
+        super().__init__(f"{len(failures)} module build(s) failed:\n\n{details}")

@@ -23,7 +23,7 @@ class Variable:
 VARIABLES: tuple[Variable, ...] = (
     Variable(
         "KERNELS_CACHE_DIR",
-        "~/.cache/kernels-ops",
+        "$XDG_CACHE_HOME/kernels-ops, else ~/.cache/kernels-ops",
         "Root of the compiled-module cache (may be shared, e.g. on NFS, or a shipped AOT cache).",
     ),
     Variable(
@@ -39,7 +39,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "KERNELS_NO_JIT",
         "0",
-        "`1` forbids compiling at run time: a cache miss raises an error naming the module.",
+        "`1` forbids compiling at run time: a cache miss raises an error naming the module "
+        "(booleans: 1/true/yes/on or 0/false/no/off).",
     ),
     Variable(
         "KERNELS_BUILD_TIMEOUT",
@@ -59,11 +60,38 @@ VARIABLES: tuple[Variable, ...] = (
 
 def _get(name: str) -> str | None:
     value = os.environ.get(name)
-    return value if value not in (None, "") else None
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _flag(name: str) -> bool:
+    """A boolean variable: 1/true/yes/on or 0/false/no/off, any case; anything else is an error
+    (a typo must not silently turn a switch such as KERNELS_NO_JIT off)."""
+    value = _get(name)
+    if value is None:
+        return False
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise ValueError(
+        f"{name} must be one of {'/'.join(_TRUE)} or {'/'.join(_FALSE)}, got {value!r}"
+    )
 
 
 def cache_dir() -> Path:
-    return Path(_get("KERNELS_CACHE_DIR") or "~/.cache/kernels-ops").expanduser()
+    """The cache root, always absolute (a relative value is taken from the current directory)."""
+    value = _get("KERNELS_CACHE_DIR")
+    if value is None:
+        base = _get("XDG_CACHE_HOME") or "~/.cache"
+        return (Path(base).expanduser() / "kernels-ops").absolute()
+    return Path(value).expanduser().absolute()
 
 
 def cuda_arch_override() -> str | None:
@@ -73,19 +101,41 @@ def cuda_arch_override() -> str | None:
 def max_jobs() -> int:
     value = _get("KERNELS_MAX_JOBS")
     if value is not None:
-        jobs = int(value)
+        try:
+            jobs = int(value)
+        except ValueError:
+            jobs = 0
         if jobs < 1:
             raise ValueError(f"KERNELS_MAX_JOBS must be a positive integer, got {value!r}")
         return jobs
-    return max(1, min(len(os.sched_getaffinity(0)), 8))
+    return max(1, min(_usable_cpus(), 8))
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
 
 
 def no_jit() -> bool:
-    return _get("KERNELS_NO_JIT") in ("1", "true", "yes")
+    return _flag("KERNELS_NO_JIT")
 
 
 def build_timeout() -> float:
-    return float(_get("KERNELS_BUILD_TIMEOUT") or 900)
+    value = _get("KERNELS_BUILD_TIMEOUT")
+    if value is None:
+        return 900.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(
+            f"KERNELS_BUILD_TIMEOUT must be a positive number of seconds, got {value!r}"
+        )
+    return seconds
 
 
 def backend_override() -> str:
@@ -93,7 +143,7 @@ def backend_override() -> str:
 
 
 def verbose() -> bool:
-    return _get("KERNELS_VERBOSE") in ("1", "true", "yes")
+    return _flag("KERNELS_VERBOSE")
 
 
 def cxx() -> str:

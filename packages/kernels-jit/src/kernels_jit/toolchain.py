@@ -26,10 +26,12 @@ def cuda_home() -> Path | None:
 
 
 def nvcc_path() -> Path:
+    env = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     home = cuda_home()
-    if home is None or not (home / "bin" / "nvcc").exists():
+    if home is None or not (home / "bin" / "nvcc").is_file():
+        where = f"CUDA_HOME={env} has no bin/nvcc" if env else "nvcc was not found"
         raise ToolchainError(
-            "nvcc was not found: set CUDA_HOME to a CUDA toolkit or put nvcc on PATH "
+            f"{where}: set CUDA_HOME to a CUDA toolkit or put nvcc on PATH "
             "(or use a prebuilt cache with KERNELS_CACHE_DIR and KERNELS_NO_JIT=1)"
         )
     return home / "bin" / "nvcc"
@@ -44,8 +46,23 @@ def cxx_path() -> str:
 
 @functools.cache
 def _version_of(executable: str) -> str:
-    out = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=60)
-    return out.stdout.strip() or out.stderr.strip()
+    try:
+        out = subprocess.run(
+            [executable, "--version"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolchainError(f"cannot run {executable} --version: {exc}") from exc
+    text = out.stdout.strip() or out.stderr.strip()
+    if out.returncode != 0 or not text:
+        raise ToolchainError(
+            f"{executable} --version failed (exit {out.returncode}): {text or 'no output'}"
+        )
+    return text
 
 
 def compiler_version(device: str) -> str:

@@ -69,17 +69,12 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_build(args) -> int:
+    import importlib
     import os
 
     if args.cache_dir:
         os.environ["KERNELS_CACHE_DIR"] = str(args.cache_dir)
-    if args.arch:
-        os.environ["KERNELS_CUDA_ARCH"] = ",".join(args.arch)
-    if args.jobs:
-        os.environ["KERNELS_MAX_JOBS"] = str(args.jobs)
-    import importlib
-
-    from kernels_jit import aot, declared_modules
+    from kernels_jit import PrecompileError, aot, declared_modules, settings
     from kernels_jit.registry import resolve_target
 
     modules = []
@@ -93,8 +88,12 @@ def cmd_build(args) -> int:
     if not modules:
         console.print("nothing to build for these groups")
         return 0
-    paths = aot.precompile(modules, archs=args.arch, jobs=args.jobs)
-    console.print(f"built {len(paths)} artifact(s) under {os.environ.get('KERNELS_CACHE_DIR')}")
+    try:
+        paths = aot.precompile(modules, archs=args.arch, jobs=args.jobs)
+    except PrecompileError as exc:
+        console.print(f"[red]{escape(str(exc))}[/red]")
+        return 1
+    console.print(f"built {len(paths)} artifact(s) under {settings.cache_dir()}")
     return 0
 
 

@@ -1,0 +1,63 @@
+// Programmatic dependent launch (PDL, sm_90+): a kernel launched with the programmatic
+// stream-serialization attribute may start while the previous kernel on the stream is still
+// running; it must call `pdl_wait()` before touching global memory, which returns once that kernel
+// has completed and its writes are visible. What it buys is the launch latency and block
+// scheduling of back-to-back small kernels (decode), which otherwise sit between them. On older
+// GPUs, and for kernels launched without the attribute, both device calls are no-ops.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace kernels {
+
+// First statement of a PDL kernel that reads or writes global memory.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next PDL-launched kernel start its blocks (they still wait for this grid to finish
+// before their own memory accesses). Issue it once this block has issued its loads.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether `device` can launch with PDL (compute capability 9.0 or newer), cached per device.
+inline bool pdl_supported(int device) {
+  static int cached[64] = {0};  // 0 unknown, 1 no, 2 yes
+  if (device >= 0 && device < 64 && cached[device]) return cached[device] == 2;
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (device >= 0 && device < 64) cached[device] = major >= 9 ? 2 : 1;
+  return major >= 9;
+}
+
+// `enable`: 1 on, 0 off, negative: on where the device supports it (the default of the ops).
+inline bool pdl_enabled(int enable, int device) {
+  return enable > 0 || (enable < 0 && pdl_supported(device));
+}
+
+// Launches `kernel` on `stream`, with the PDL attribute when `pdl` is true. Returns the launch
+// status (check it, e.g. with kernels::check_launch).
+template <typename... Params, typename... Args>
+inline cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                              cudaStream_t stream, bool pdl, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace kernels

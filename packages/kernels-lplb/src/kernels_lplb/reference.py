@@ -1,0 +1,248 @@
+"""Pure-torch references of the lplb ops: the correctness oracle and the fallback.
+
+``solve_lp`` is a batched primal-dual path-following interior-point method (Mehrotra
+predictor-corrector) in float64 on the normal equations ``A diag(x/s) A^T dy = r``, factored by a
+Cholesky whose pivots below 1e-12 of the largest diagonal entry are treated as dependent rows
+(replaced by 1e64, LIPSOL's rule), so redundant equality constraints are harmless.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels_jit.rng import uniform
+
+CONVERGED, MAX_ITERS, INFEASIBLE_OR_UNBOUNDED = 0, 1, 2
+PIVOT_FLOOR = 1e-12
+DEPENDENT_PIVOT = 1e64
+STEP_FRACTION = 0.99
+BLOWUP = 1e10
+RAY_SIZE = 1e4
+
+
+def cholesky_floored(m: torch.Tensor) -> torch.Tensor:
+    """Lower Cholesky factor of symmetric PSD [P, k, k] (float64); dependent rows get 1e64."""
+    k = m.shape[1]
+    factor = torch.zeros_like(m)
+    floor = PIVOT_FLOOR * m.diagonal(dim1=1, dim2=2).amax(dim=1).clamp(min=1e-300)
+    for j in range(k):
+        row = factor[:, j, :j]
+        pivot = m[:, j, j] - (row * row).sum(dim=1)
+        pivot = torch.where(pivot <= floor, DEPENDENT_PIVOT, pivot)
+        factor[:, j, j] = pivot.sqrt()
+        if j + 1 < k:
+            below = m[:, j + 1 :, j] - (factor[:, j + 1 :, :j] @ row[:, :, None]).squeeze(-1)
+            factor[:, j + 1 :, j] = below / factor[:, j, j, None]
+    return factor
+
+
+def _solve(factor: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """x with ``L L^T x = rhs`` for rhs [P, k]."""
+    z = torch.linalg.solve_triangular(factor, rhs[:, :, None], upper=False)
+    return torch.linalg.solve_triangular(factor.transpose(1, 2), z, upper=True)[:, :, 0]
+
+
+def _max_step(v: torch.Tensor, dv: torch.Tensor) -> torch.Tensor:
+    """The largest alpha in [0, 1] with v + alpha dv >= 0, per problem."""
+    ratio = torch.where(dv < 0, -v / dv, torch.inf)
+    return ratio.amin(dim=1).clamp(max=1.0)
+
+
+def _newton(a, factor, d, s, rb, rc, rxs):
+    """(dx, dy, ds) of the Newton system with complementarity right-hand side rxs."""
+    rhs = -rb - (a @ (rxs / s + d * rc)[:, :, None])[:, :, 0]
+    dy = _solve(factor, rhs)
+    aty = (a.transpose(1, 2) @ dy[:, :, None])[:, :, 0]
+    ds = -rc - aty
+    dx = rxs / s + d * (rc + aty)
+    return dx, dy, ds
+
+
+def solve_lp(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, max_iters: int = 50, tol: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``min c^T x s.t. A x = b, x >= 0`` for P independent problems.
+
+    Returns (x fp32 [P, n], status int32 [P]): 0 converged (``|Ax-b|_inf <= tol (1+|b|_inf)``,
+    ``|A^T y + s - c|_inf <= tol (1+|c|_inf)``, ``|c^T x - b^T y| <= tol (1+|c^T x|)``), 1 max_iters
+    reached, 2 infeasible or unbounded detected (iterates diverge, or a Farkas/unboundedness ray
+    appears: ``A^T y <= 0, b^T y > 0`` or ``A x = 0, x >= 0, c^T x < 0`` within tol).
+    """
+    a, b, c = a.double(), b.double(), c.double()
+    problems, rows, cols = a.shape
+    device = a.device
+    at = a.transpose(1, 2)
+    status = torch.full((problems,), MAX_ITERS, dtype=torch.int32, device=device)
+    if cols == 0 or rows == 0:
+        # No variables: feasible iff b == 0. No constraints: x = 0 is optimal iff c >= 0.
+        x = torch.zeros(problems, cols, dtype=torch.float32, device=device)
+        ok = (b == 0).all(dim=1) & (c >= 0).all(dim=1)
+        status = torch.where(ok, CONVERGED, INFEASIBLE_OR_UNBOUNDED).to(torch.int32)
+        return x, status
+
+    # Mehrotra's starting point: least-norm x and least-squares (y, s), shifted to the interior.
+    factor = cholesky_floored(a @ at)
+    x = (at @ _solve(factor, b)[:, :, None])[:, :, 0]
+    y = _solve(factor, (a @ c[:, :, None])[:, :, 0])
+    s = c - (at @ y[:, :, None])[:, :, 0]
+    x = x + (-1.5 * x.amin(dim=1, keepdim=True)).clamp(min=0)
+    s = s + (-1.5 * s.amin(dim=1, keepdim=True)).clamp(min=0)
+    xs = (x * s).sum(dim=1, keepdim=True)
+    x = x + 0.5 * xs / s.sum(dim=1, keepdim=True).clamp(min=1e-300)
+    s = s + 0.5 * xs / x.sum(dim=1, keepdim=True).clamp(min=1e-300)
+    b_norm, c_norm = b.abs().amax(dim=1), c.abs().amax(dim=1)
+    scale = 1.0 + torch.maximum(b_norm, c_norm)[:, None]
+    x = torch.where(x > 1e-8 * scale, x, scale)
+    s = torch.where(s > 1e-8 * scale, s, scale)
+
+    active = torch.ones(problems, dtype=torch.bool, device=device)
+    for iteration in range(max_iters + 1):
+        rb = (a @ x[:, :, None])[:, :, 0] - b
+        rc = (at @ y[:, :, None])[:, :, 0] + s - c
+        cx, by = (c * x).sum(dim=1), (b * y).sum(dim=1)
+        primal_ok = rb.abs().amax(dim=1) <= tol * (1 + b_norm)
+        dual_ok = rc.abs().amax(dim=1) <= tol * (1 + c_norm)
+        gap_ok = (cx - by).abs() <= tol * (1 + cx.abs())
+        done = active & primal_ok & dual_ok & gap_ok & (x.amin(dim=1) >= -tol)
+        status[done] = CONVERGED
+        active &= ~done
+
+        # A certificate only counts once the iterates diverge along it: early iterates of a
+        # feasible problem can satisfy the sign conditions by accident.
+        y_big = y.abs().amax(dim=1) > RAY_SIZE * scale[:, 0]
+        x_big = x.abs().amax(dim=1) > RAY_SIZE * scale[:, 0]
+        aty = (at @ y[:, :, None])[:, :, 0]
+        farkas = y_big & (by > 0) & ((aty / by[:, None]).amax(dim=1) <= tol) & ~primal_ok
+        ax = (a @ x[:, :, None])[:, :, 0]
+        ray = x_big & (cx < 0) & (ax.abs().amax(dim=1) <= tol * cx.abs()) & ~dual_ok
+        size = torch.stack([x.abs().amax(1), s.abs().amax(1), y.abs().amax(1)])
+        blown = ~torch.isfinite(size).all(dim=0) | (size.amax(dim=0) > BLOWUP * scale[:, 0])
+        failed = active & (farkas | ray | blown)
+        status[failed] = INFEASIBLE_OR_UNBOUNDED
+        active &= ~failed
+        if iteration == max_iters or not bool(active.any()):
+            break
+
+        mu = (x * s).sum(dim=1, keepdim=True) / cols
+        d = x / s
+        factor = cholesky_floored(a @ (d[:, :, None] * at))
+        dx, dy, ds = _newton(a, factor, d, s, rb, rc, -x * s)
+        alpha_p, alpha_d = _max_step(x, dx)[:, None], _max_step(s, ds)[:, None]
+        mu_aff = ((x + alpha_p * dx) * (s + alpha_d * ds)).sum(dim=1, keepdim=True) / cols
+        sigma = (mu_aff / mu).clamp(max=1.0) ** 3
+        rxs = -x * s - dx * ds + sigma * mu
+        dx, dy, ds = _newton(a, factor, d, s, rb, rc, rxs)
+        alpha_p = STEP_FRACTION * _max_step(x, dx)[:, None]
+        alpha_d = STEP_FRACTION * _max_step(s, ds)[:, None]
+        keep = active[:, None]
+        x = torch.where(keep, x + alpha_p * dx, x)
+        y = torch.where(keep, y + alpha_d * dy, y)
+        s = torch.where(keep, s + alpha_d * ds, s)
+    return x.to(torch.float32), status
+
+
+def replica_shares(
+    phy2log: torch.Tensor, log2phy: torch.Tensor, num_gpus: int, counts: torch.Tensor
+) -> tuple[torch.Tensor, int]:
+    """(log2phy_prob fp32 [L, Cmax], LP status): each physical copy's share of the total load.
+
+    Physical experts sit contiguously per GPU (GPU g owns ``[g Pe/G, (g+1) Pe/G)``). The LP has a
+    variable per copy of every replicated logical expert, a slack per GPU, the max load M and an
+    artificial z whose column is ``b - A 1`` (so x = 1 is interior); rows: the copies of each
+    replicated expert sum to its load ``t_l``, and each GPU's load plus its slack equals M;
+    objective ``M + 1000 z``. A single copy carries its expert's whole load. If the LP does not
+    converge, the copies of an expert split its load equally.
+    """
+    experts, max_copies = log2phy.shape
+    physical = phy2log.shape[0]
+    per_gpu = physical // num_gpus
+    device = log2phy.device
+    valid = log2phy >= 0
+    copies = valid.sum(dim=1)
+    total = counts.double().sum()
+    load = counts.double() / total if total > 0 else torch.zeros(experts, dtype=torch.float64)
+    load = load.float().to(device)
+    owner = log2phy.clamp(min=0).long()
+    single = (copies == 1)[:, None] & valid
+    share = torch.zeros(physical, dtype=torch.float32, device=device)
+    share[owner[single]] = load.expand(max_copies, experts).T[single]
+
+    replicated = torch.nonzero(copies >= 2).flatten().tolist()
+    status = CONVERGED
+    if replicated and total > 0:
+        variables = [(l, p) for l in replicated for p in log2phy[l].tolist() if p >= 0]
+        nvar = len(variables)
+        rows, cols = len(replicated) + num_gpus, nvar + num_gpus + 2
+        a = torch.zeros(rows, cols, dtype=torch.float32)
+        b = torch.zeros(rows, dtype=torch.float32)
+        single_load = torch.zeros(num_gpus, dtype=torch.float32)
+        single_load.index_add_(
+            0, (owner[single] // per_gpu).cpu(), load[single.nonzero()[:, 0]].cpu()
+        )
+        row_of = {l: r for r, l in enumerate(replicated)}
+        for v, (l, p) in enumerate(variables):
+            a[row_of[l], v] = 1.0
+            a[len(replicated) + p // per_gpu, v] = 1.0
+        for g in range(num_gpus):
+            a[len(replicated) + g, nvar + g] = 1.0
+            a[len(replicated) + g, nvar + num_gpus] = -1.0
+        b[: len(replicated)] = load[replicated].cpu()
+        b[len(replicated) :] = -single_load
+        a[:, -1] = b - a[:, :-1].sum(dim=1)
+        c = torch.zeros(cols, dtype=torch.float32)
+        c[nvar + num_gpus], c[-1] = 1.0, 1000.0
+        x, st = solve_lp(a[None].to(device), b[None].to(device), c[None].to(device))
+        status = int(st[0])
+        index = torch.tensor([p for _, p in variables], dtype=torch.long, device=device)
+        if status == CONVERGED:
+            share[index] = x[0, :nvar].clamp(min=0)
+    if status != CONVERGED:
+        equal = load / copies.clamp(min=1).float()
+        share[owner[valid]] = equal.expand(max_copies, experts).T[valid]
+    return torch.where(valid, share[owner], 0.0), status
+
+
+def lplb_dispatch(
+    topk_ids: torch.Tensor,
+    phy2log: torch.Tensor,
+    log2phy: torch.Tensor,
+    num_gpus: int,
+    counts: torch.Tensor | None = None,
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(phys_ids int32 [T, k], log2phy_prob fp32 [L, Cmax]): replica shares from the LP, then each
+    slot (t, j) of logical expert l picks copy c of ``log2phy[l]`` with probability proportional to
+    its share, drawn with ``U(seed, 0, t, j)`` by inverse CDF (``log2phy[l, 0]`` when every share is
+    0; -1 for l < 0)."""
+    experts = log2phy.shape[0]
+    ids = topk_ids.long()
+    if ids.numel() and int(ids.max()) >= experts:
+        raise ValueError(
+            f"lplb.lplb_dispatch: topk_ids must be < L = {experts} (or negative), "
+            f"got {int(ids.max())}"
+        )
+    physical = phy2log.shape[0]
+    if log2phy.numel() and (int(log2phy.min()) < -1 or int(log2phy.max()) >= physical):
+        raise ValueError(
+            f"lplb.lplb_dispatch: log2phy must hold physical ids in [0, {physical}) or -1, got "
+            f"values in [{int(log2phy.min())}, {int(log2phy.max())}]"
+        )
+    if counts is None:
+        counts = torch.bincount(ids[ids >= 0], minlength=experts)
+    prob, _ = replica_shares(phy2log, log2phy, num_gpus, counts)
+
+    tokens, k = ids.shape
+    logical = ids.clamp(min=0)
+    weights = prob[logical]
+    total = weights.sum(dim=-1)
+    seed_t = torch.tensor([seed], dtype=torch.int64, device=ids.device)
+    slot_row = torch.arange(tokens, device=ids.device)[:, None]
+    slot_col = torch.arange(k, device=ids.device)[None, :]
+    u = uniform(seed_t, torch.zeros_like(seed_t), slot_row, slot_col)
+    cdf = weights.cumsum(dim=-1)
+    pick = (cdf <= (u * total)[..., None]).sum(dim=-1)
+    last_positive = (weights.shape[-1] - 1) - (weights > 0).flip(-1).to(torch.int8).argmax(dim=-1)
+    pick = torch.where(pick >= weights.shape[-1], last_positive, pick)
+    pick = torch.where(total > 0, pick, 0)
+    phys = log2phy[logical, pick]
+    return torch.where(ids < 0, -1, phys).to(torch.int32), prob

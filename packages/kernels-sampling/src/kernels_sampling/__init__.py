@@ -1,0 +1,67 @@
+"""kernels-sampling: top-k / top-p / min-p filtering and seeded, reproducible sampling.
+
+Importing this package registers metadata only (no torch, no compilation); each op loads on
+first attribute access::
+
+    import kernels_sampling
+    probs = kernels_sampling.top_k_renorm_probs(probs, 50)
+    tokens = kernels_sampling.sampling_from_probs(probs, seed=1234, offset=step)
+"""
+
+from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_sampling.version import __version__
+
+_PROBS = ("float32", "float16", "bfloat16")
+
+
+def _op(name: str, description: str) -> OpSpec:
+    """An op of this group whose module is named after it; torch reference backend only."""
+    module = f"kernels_sampling.{name}"
+    return OpSpec(
+        group="sampling",
+        name=name,
+        public=f"{module}:{name}",
+        description=description,
+        samples=f"{module}:samples",
+        dtypes=_PROBS,
+        backends=(
+            Backend(
+                "torch",
+                f"{module}:_{name}_torch",
+                devices=("cpu", "cuda"),
+                description="pure-torch reference (fp32, sort based)",
+            ),
+        ),
+    )
+
+
+OPS = register_group(
+    "sampling",
+    [
+        _op(
+            "top_k_renorm_probs", "keep each row's top-k probabilities (ties together), renormalise"
+        ),
+        _op(
+            "top_p_renorm_probs", "keep tokens whose strictly-greater mass is < top_p, renormalise"
+        ),
+        _op("min_p_renorm_probs", "keep tokens with p >= min_p * max(p), renormalise"),
+        _op("top_k_mask_logits", "set logits outside each row's top-k values to -inf"),
+        _op("sampling_from_probs", "seeded inverse-CDF sampling, one token per row"),
+        _op(
+            "top_k_top_p_sampling_from_probs",
+            "seeded sampling among the top-k and top-p tokens (top_k_first or joint)",
+        ),
+    ],
+)
+
+__all__ = [
+    "OPS",
+    "__version__",
+    "min_p_renorm_probs",
+    "sampling_from_probs",
+    "top_k_mask_logits",
+    "top_k_renorm_probs",
+    "top_k_top_p_sampling_from_probs",
+    "top_p_renorm_probs",
+]
+__getattr__ = lazy_attributes(__name__, OPS)

@@ -1,0 +1,42 @@
+"""Argument normalisation shared by the sampling ops: per-row parameters and the RNG seed/offset."""
+
+from __future__ import annotations
+
+import torch
+
+from kernels_jit.rng import seed_offset  # noqa: F401  (re-exported for the sampling ops)
+from kernels_jit.validation import check_tensor
+
+PROB_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def check_rows(op: str, arg: str, t: object, dtypes=PROB_DTYPES) -> None:
+    """A [B, V] matrix whose last dim is contiguous."""
+    check_tensor(op, arg, t, dtypes=dtypes, ndim=2, last_dim_contiguous=True)
+
+
+def row_param(
+    op: str,
+    name: str,
+    value: object,
+    batch: int,
+    device: torch.device,
+    *,
+    integral: bool,
+) -> tuple[torch.Tensor | None, float | int]:
+    """``(tensor or None, scalar)``: a per-row [batch] tensor, or one number for every row."""
+    if isinstance(value, torch.Tensor):
+        dtypes = INDEX_DTYPES if integral else (torch.float32,)
+        check_tensor(op, name, value, dtypes=dtypes, ndim=1, device=device)
+        if value.shape[0] != batch:
+            raise ValueError(
+                f"{op}: {name} must have shape ({batch},) (one value per row), "
+                f"got {tuple(value.shape)}"
+            )
+        return value, 0
+    kind = int if integral else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        what = "an int or an int32 tensor" if integral else "a float or a float32 tensor"
+        raise TypeError(f"{op}: {name} must be {what}, got {type(value).__name__}")
+    return None, value

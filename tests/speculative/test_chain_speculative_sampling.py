@@ -1,0 +1,183 @@
+"""speculative.chain_speculative_sampling against an explicit float64 walk of OPS.md's algorithm
+fed by a Python-int RNG oracle (rows within rounding of a CDF boundary may differ), plus the
+property that makes it exact: emitted tokens follow the target distribution (chi-square)."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+
+import pytest
+import torch
+
+from kernels_speculative import chain_speculative_sampling
+
+MASK = (1 << 64) - 1
+
+
+def _fmix(x: int) -> int:
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & MASK
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & MASK
+    return x ^ (x >> 31)
+
+
+def _mix(x: int) -> int:
+    return _fmix((x + 0x9E3779B97F4A7C15) & MASK)
+
+
+def py_u(seed: int, offset: int, row: int, j: int) -> float:
+    return (_mix(_mix(_mix(_mix(seed & MASK) ^ (offset & MASK)) ^ row) ^ j) >> 40) * 2.0**-24
+
+
+def _draw(w: list[float], u: float) -> tuple[int, bool]:
+    cdf = list(itertools.accumulate(w))
+    if not cdf[-1] > 0:
+        return 0, False
+    t = u * cdf[-1]
+    near = min(abs(c - t) for c in cdf) < 1e-5 * cdf[-1]
+    return min(bisect.bisect_right(cdf, t), len(w) - 1), near
+
+
+def oracle(draft, ids, target, seed, offset):
+    """(tokens, accepted, emitted, near_boundary) per request, explicit loops in float64."""
+    rows = []
+    for b in range(len(ids)):
+        n = len(ids[b])
+        us = [py_u(seed, offset, b, i) for i in range(n + 1)]
+        accept = [us[i] * draft[b][i][ids[b][i]] < target[b][i][ids[b][i]] for i in range(n)]
+        r = next((i for i, a in enumerate(accept) if not a), n)
+        if r < n:
+            w = [max(t - d, 0.0) for t, d in zip(target[b][r], draft[b][r], strict=True)]
+            if sum(w) <= 0:
+                w = target[b][r]
+        else:
+            w = target[b][n]
+        token, near = _draw(w, us[n])
+        tokens = ids[b][:r] + [token] + [-1] * (n - r)
+        rows.append((tokens, sum(accept), r, near))
+    return rows
+
+
+def _inputs(batch: int, n: int, vocab: int, seed: int, sharp: float = 1.0):
+    g = torch.Generator().manual_seed(seed)
+    draft = (torch.randn(batch, n, vocab, generator=g) * sharp).softmax(-1)
+    target = (torch.randn(batch, n + 1, vocab, generator=g) * sharp).softmax(-1)
+    flat = draft.reshape(-1, vocab) if n else torch.ones(1, vocab)
+    ids = torch.multinomial(flat, 1, generator=g).reshape(batch, n) if n else None
+    if ids is None:
+        ids = torch.empty(batch, 0, dtype=torch.int64)
+    return draft, ids.to(torch.int32), target
+
+
+@pytest.mark.parametrize(("batch", "n", "vocab"), [(1, 1, 1), (4, 1, 5), (16, 4, 33), (9, 8, 300)])
+@pytest.mark.parametrize(("seed", "offset"), [(0, 0), (77, 5), (2**64 - 1, 123456)])
+def test_matches_float64_oracle(batch, n, vocab, seed, offset):
+    draft, ids, target = _inputs(batch, n, vocab, seed=batch + n + vocab)
+    tokens, accepted, emitted = chain_speculative_sampling(
+        draft, ids, target, seed=seed, offset=offset
+    )
+    assert tokens.dtype == accepted.dtype == emitted.dtype == torch.int32
+    expected = oracle(draft.double().tolist(), ids.tolist(), target.double().tolist(), seed, offset)
+    for b, (want_tokens, want_acc, want_r, near) in enumerate(expected):
+        assert accepted[b].item() == want_acc and emitted[b].item() == want_r
+        got = tokens[b].tolist()
+        if got != want_tokens:
+            assert near and got[:want_r] == want_tokens[:want_r], (b, got, want_tokens)
+
+
+def test_identical_draft_and_target_accepts_everything():
+    draft, ids, target = _inputs(8, 3, 20, seed=1)
+    target[:, :3] = draft
+    tokens, accepted, emitted = chain_speculative_sampling(draft, ids, target, seed=3)
+    assert accepted.tolist() == [3] * 8 and emitted.tolist() == [3] * 8
+    assert torch.equal(tokens[:, :3], ids)
+    assert (tokens[:, 3] >= 0).all()
+
+
+def test_zero_residual_falls_back_to_target():
+    # Draft puts all mass on token 0 where the target has 0: rejected for sure; the residual
+    # relu(target - draft) equals target here, and with target == draft elsewhere it is 0.
+    draft = torch.tensor([[[1.0, 0.0, 0.0]]])
+    target = torch.tensor([[[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]]])
+    ids = torch.tensor([[0]], dtype=torch.int32)
+    tokens, accepted, emitted = chain_speculative_sampling(draft, ids, target, seed=9)
+    assert accepted.tolist() == [0] and emitted.tolist() == [0]
+    assert tokens[0, 0].item() in (1, 2) and tokens[0, 1].item() == -1
+
+
+def test_emitted_tokens_follow_the_target_distribution():
+    batch, n, vocab = 30_000, 2, 6
+    g = torch.Generator().manual_seed(0)
+    d = (torch.randn(n, vocab, generator=g) * 1.5).softmax(-1)
+    t = (torch.randn(n + 1, vocab, generator=g) * 1.5).softmax(-1)
+    draft = d.expand(batch, n, vocab).contiguous()
+    target = t.expand(batch, n + 1, vocab).contiguous()
+    ids = torch.stack([torch.multinomial(d[i], batch, True, generator=g) for i in range(n)], 1)
+    tokens, _, emitted = chain_speculative_sampling(draft, ids.to(torch.int32), target, seed=17)
+    for pos in range(n):
+        emitted_here = emitted >= pos  # position pos holds a token emitted from target row pos
+        counts = torch.bincount(tokens[emitted_here, pos].long(), minlength=vocab).double()
+        expected = t[pos].double() * emitted_here.sum()
+        chi2 = ((counts - expected) ** 2 / expected).sum().item()
+        assert chi2 < 25.7, (pos, chi2)  # 5 degrees of freedom: P(chi2 > 25.7) ~ 1e-4
+
+
+def test_reproducible_per_request_seeds():
+    draft, ids, target = _inputs(6, 3, 40, seed=2, sharp=0.3)
+    seeds = torch.arange(6, dtype=torch.int64) + 1000
+    a = chain_speculative_sampling(draft, ids, target, seed=seeds, offset=torch.tensor([4]))
+    b = chain_speculative_sampling(draft, ids, target, seed=seeds, offset=4)
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x, y)
+    torch.manual_seed(1)
+    c = chain_speculative_sampling(draft, ids, target)
+    torch.manual_seed(1)
+    assert torch.equal(c[0], chain_speculative_sampling(draft, ids, target)[0])
+
+
+def test_empty_and_zero_drafts():
+    tokens, acc, emi = chain_speculative_sampling(
+        torch.empty(0, 3, 10), torch.empty(0, 3, dtype=torch.int32), torch.empty(0, 4, 10), seed=1
+    )
+    assert tokens.shape == (0, 4) and acc.shape == (0,) and emi.shape == (0,)
+    draft, ids, target = _inputs(3, 0, 7, seed=3)
+    tokens, acc, emi = chain_speculative_sampling(draft, ids, target, seed=1)
+    assert tokens.shape == (3, 1) and acc.tolist() == [0] * 3 and emi.tolist() == [0] * 3
+
+
+def test_bad_input():
+    draft, ids, target = _inputs(2, 3, 10, seed=4)
+    with pytest.raises(
+        ValueError, match=r"target_probs must have shape \(2, 4, 10\) = \[B, n\+1, V\]"
+    ):
+        chain_speculative_sampling(draft, ids, target[:, :3], seed=1)
+    with pytest.raises(ValueError, match=r"draft_token_ids must have shape \(2, 3\)"):
+        chain_speculative_sampling(draft, ids[:, :2], target, seed=1)
+    with pytest.raises(TypeError, match=r"draft_token_ids must have dtype in \(int32, int64\)"):
+        chain_speculative_sampling(draft, ids.float(), target, seed=1)
+    with pytest.raises(ValueError, match=r"draft_token_ids values must lie in \[0, 10\), got"):
+        chain_speculative_sampling(draft, ids + 10, target, seed=1)
+    with pytest.raises(ValueError, match=r"seed must have shape \(1,\) or \(2,\)"):
+        chain_speculative_sampling(draft, ids, target, seed=torch.zeros(3, dtype=torch.int64))
+
+
+def test_opcheck_and_compile():
+    from kernels_speculative.chain_speculative_sampling import CHAIN_SPECULATIVE_SAMPLING
+
+    draft, ids, target = _inputs(3, 2, 16, seed=5)
+    outs = (
+        torch.empty(3, 3, dtype=torch.int32),
+        torch.empty(3, dtype=torch.int32),
+        torch.empty(3, dtype=torch.int32),
+    )
+    seed, offset = torch.tensor([1]), torch.tensor([2])
+    args = (*outs, draft, ids, target, seed, offset, True, None)
+    torch.library.opcheck(CHAIN_SPECULATIVE_SAMPLING.torch_op, args)
+    compiled = torch.compile(
+        lambda d, i, t, s: chain_speculative_sampling(d, i, t, seed=s, offset=s), fullgraph=True
+    )
+    eager = chain_speculative_sampling(draft, ids, target, seed=1, offset=1)
+    for got, want in zip(compiled(draft, ids, target, seed), eager, strict=True):
+        assert torch.equal(got, want)
