@@ -17,11 +17,7 @@ def _concat_mla_k_torch(k: torch.Tensor, k_nope: torch.Tensor, k_rope: torch.Ten
     reference.concat_mla_k(k, k_nope, k_rope)
 
 
-def _concat_mla_k(k: torch.Tensor, k_nope: torch.Tensor, k_rope: torch.Tensor) -> None:
-    """Destination-passing prototype: k [T, H, Dn+Dr] is written."""
-
-
-CONCAT_MLA_K = Op(OP_ID, _concat_mla_k, mutates_args=("k",), device_arg=1)
+CONCAT_MLA_K = Op(OP_ID, _concat_mla_k_torch, mutates_args=("k",), device_arg=1)
 
 
 def concat_mla_k(

@@ -26,18 +26,7 @@ def _merge_state_torch(
     out_lse.copy_(s)
 
 
-def _merge_state(
-    out: torch.Tensor,
-    out_lse: torch.Tensor,
-    v_a: torch.Tensor,
-    s_a: torch.Tensor,
-    v_b: torch.Tensor,
-    s_b: torch.Tensor,
-) -> None:
-    """Destination-passing prototype: out [T, H, D] and out_lse [T, H] fp32 are written."""
-
-
-MERGE_STATE = Op(OP_ID, _merge_state, mutates_args=("out", "out_lse"), device_arg=2)
+MERGE_STATE = Op(OP_ID, _merge_state_torch, mutates_args=("out", "out_lse"), device_arg=2)
 
 
 def merge_state(

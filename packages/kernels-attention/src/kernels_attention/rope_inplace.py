@@ -25,18 +25,7 @@ def _rope_inplace_torch(
     reference.rope_inplace(q, k, cos_sin_cache, positions, is_neox)
 
 
-def _rope_inplace(
-    q: torch.Tensor,
-    k: torch.Tensor | None,
-    cos_sin_cache: torch.Tensor,
-    positions: torch.Tensor,
-    is_neox: bool,
-) -> None:
-    """Destination-passing prototype: q [T, Hq, D] and k [T, Hk, D] (3-D views) are rotated in
-    place; R is the width of cos_sin_cache."""
-
-
-ROPE_INPLACE = Op(OP_ID, _rope_inplace, mutates_args=("q", "k"), device_arg=0)
+ROPE_INPLACE = Op(OP_ID, _rope_inplace_torch, mutates_args=("q", "k"), device_arg=0)
 
 
 def _heads(arg: str, x: torch.Tensor, head_size: int | None) -> torch.Tensor:

@@ -18,14 +18,8 @@ def _all_reduce_add_rmsnorm_torch(
     reference.all_reduce_add_rmsnorm(x, residual, weight, eps, lookup(comm_handle).group)
 
 
-def _all_reduce_add_rmsnorm(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, comm_handle: int
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
 ALL_REDUCE_ADD_RMSNORM = Op(
-    OP_ID, _all_reduce_add_rmsnorm, mutates_args=("x", "residual"), device_arg=0
+    OP_ID, _all_reduce_add_rmsnorm_torch, mutates_args=("x", "residual"), device_arg=0
 )
 
 

@@ -16,11 +16,7 @@ def _custom_all_reduce_torch(out: torch.Tensor, x: torch.Tensor, comm_handle: in
     out.copy_(reference.custom_all_reduce(x, lookup(comm_handle).group))
 
 
-def _custom_all_reduce(out: torch.Tensor, x: torch.Tensor, comm_handle: int) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-CUSTOM_ALL_REDUCE = Op(OP_ID, _custom_all_reduce, mutates_args=("out",), device_arg=1)
+CUSTOM_ALL_REDUCE = Op(OP_ID, _custom_all_reduce_torch, mutates_args=("out",), device_arg=1)
 
 
 def custom_all_reduce(

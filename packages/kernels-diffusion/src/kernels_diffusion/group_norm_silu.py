@@ -24,19 +24,7 @@ def _group_norm_silu_torch(
     out.copy_(reference.group_norm_silu(x, num_groups, weight, bias, eps, channels_last))
 
 
-def _group_norm_silu(
-    out: torch.Tensor,
-    x: torch.Tensor,
-    num_groups: int,
-    weight: torch.Tensor,
-    bias: torch.Tensor,
-    eps: float,
-    channels_last: bool,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-GROUP_NORM_SILU = Op(OP_ID, _group_norm_silu, mutates_args=("out",), device_arg=1)
+GROUP_NORM_SILU = Op(OP_ID, _group_norm_silu_torch, mutates_args=("out",), device_arg=1)
 
 
 def group_norm_silu(

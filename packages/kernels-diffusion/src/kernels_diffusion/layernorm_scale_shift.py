@@ -24,19 +24,7 @@ def _layernorm_scale_shift_torch(
     out.copy_(reference.layernorm_scale_shift(x, scale, shift, weight, bias, eps))
 
 
-def _layernorm_scale_shift(
-    out: torch.Tensor,
-    x: torch.Tensor,
-    scale: torch.Tensor,
-    shift: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    eps: float,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-LAYERNORM_SCALE_SHIFT = Op(OP_ID, _layernorm_scale_shift, mutates_args=("out",), device_arg=1)
+LAYERNORM_SCALE_SHIFT = Op(OP_ID, _layernorm_scale_shift_torch, mutates_args=("out",), device_arg=1)
 
 
 def layernorm_scale_shift(

@@ -18,13 +18,7 @@ def _residual_gate_add_torch(
     out.copy_(reference.residual_gate_add(r, x, gate))
 
 
-def _residual_gate_add(
-    out: torch.Tensor, r: torch.Tensor, x: torch.Tensor, gate: torch.Tensor
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-RESIDUAL_GATE_ADD = Op(OP_ID, _residual_gate_add, mutates_args=("out",), device_arg=1)
+RESIDUAL_GATE_ADD = Op(OP_ID, _residual_gate_add_torch, mutates_args=("out",), device_arg=1)
 
 
 def residual_gate_add(

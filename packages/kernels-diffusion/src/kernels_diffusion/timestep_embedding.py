@@ -29,19 +29,7 @@ def _timestep_embedding_torch(
     )
 
 
-def _timestep_embedding(
-    out: torch.Tensor,
-    t: torch.Tensor,
-    dim: int,
-    flip_sin_to_cos: bool,
-    downscale_freq_shift: float,
-    scale: float,
-    max_period: float,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-TIMESTEP_EMBEDDING = Op(OP_ID, _timestep_embedding, mutates_args=("out",), device_arg=1)
+TIMESTEP_EMBEDDING = Op(OP_ID, _timestep_embedding_torch, mutates_args=("out",), device_arg=1)
 
 
 def timestep_embedding(

@@ -21,16 +21,7 @@ def _scatter_embeddings_torch(
     reference.scatter_embeddings(embeds, mm_embeds, positions=positions, mask=mask)
 
 
-def _scatter_embeddings(
-    embeds: torch.Tensor,
-    mm_embeds: torch.Tensor,
-    positions: torch.Tensor | None,
-    mask: torch.Tensor | None,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-SCATTER_EMBEDDINGS = Op(OP_ID, _scatter_embeddings, mutates_args=("embeds",), device_arg=0)
+SCATTER_EMBEDDINGS = Op(OP_ID, _scatter_embeddings_torch, mutates_args=("embeds",), device_arg=0)
 
 
 def scatter_embeddings(

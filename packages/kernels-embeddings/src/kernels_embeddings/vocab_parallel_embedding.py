@@ -35,20 +35,9 @@ def _vocab_parallel_embedding_torch(
     )
 
 
-def _vocab_parallel_embedding(
-    out: torch.Tensor,
-    ids: torch.Tensor,
-    weight: torch.Tensor,
-    org_vocab_start: int,
-    org_vocab_end: int,
-    num_org_vocab_padding: int,
-    added_vocab_start: int,
-    added_vocab_end: int,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-VOCAB_PARALLEL_EMBEDDING = Op(OP_ID, _vocab_parallel_embedding, mutates_args=("out",), device_arg=2)
+VOCAB_PARALLEL_EMBEDDING = Op(
+    OP_ID, _vocab_parallel_embedding_torch, mutates_args=("out",), device_arg=2
+)
 
 
 def _check_int(name: str, value: object, minimum: int | None = None) -> int:

@@ -17,11 +17,7 @@ def _dsv3_router_gemm_torch(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor)
     out.copy_(reference.dsv3_router_gemm(x, w, out.dtype))
 
 
-def _dsv3_router_gemm(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
-    """Destination-passing prototype: out [M, E] (fp32 or bf16) is written."""
-
-
-DSV3_ROUTER_GEMM = Op(OP_ID, _dsv3_router_gemm, mutates_args=("out",), device_arg=1)
+DSV3_ROUTER_GEMM = Op(OP_ID, _dsv3_router_gemm_torch, mutates_args=("out",), device_arg=1)
 
 
 def dsv3_router_gemm(

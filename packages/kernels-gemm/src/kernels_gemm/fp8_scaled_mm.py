@@ -25,18 +25,7 @@ def _fp8_scaled_mm_torch(
     out.copy_(reference.fp8_scaled_mm(a, b, scale_a, scale_b, out.dtype, bias))
 
 
-def _fp8_scaled_mm(
-    out: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    scale_a: torch.Tensor,
-    scale_b: torch.Tensor,
-    bias: torch.Tensor | None,
-) -> None:
-    """Destination-passing prototype: out [M, N] (bf16 or fp16) is written."""
-
-
-FP8_SCALED_MM = Op(OP_ID, _fp8_scaled_mm, mutates_args=("out",), device_arg=1)
+FP8_SCALED_MM = Op(OP_ID, _fp8_scaled_mm_torch, mutates_args=("out",), device_arg=1)
 
 
 def _check_scale(arg: str, scale: torch.Tensor, allowed: tuple[tuple[int, ...], ...]) -> None:

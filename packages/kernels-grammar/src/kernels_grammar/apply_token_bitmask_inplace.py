@@ -20,14 +20,8 @@ def _apply_token_bitmask_inplace_torch(
     reference.apply_token_bitmask_inplace(logits, bitmask, indices=indices, vocab_size=vocab_size)
 
 
-def _apply_token_bitmask_inplace(
-    logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.Tensor | None, vocab_size: int
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
 APPLY_TOKEN_BITMASK_INPLACE = Op(
-    OP_ID, _apply_token_bitmask_inplace, mutates_args=("logits",), device_arg=0
+    OP_ID, _apply_token_bitmask_inplace_torch, mutates_args=("logits",), device_arg=0
 )
 
 

@@ -1,10 +1,11 @@
 """Per-call backend selection, explanation, and the torch custom-op registration of every op.
 
-An op file builds one :class:`Op` from its registered spec and a typed destination-passing
-prototype (outputs are arguments, the return is ``None``)::
+An op file builds one :class:`Op` from its registered spec and its torch backend, whose typed,
+destination-passing signature (outputs are arguments, the return is ``None``) is the op's schema;
+every other backend takes the same arguments::
 
-    def _add_constant(out: Tensor, x: Tensor, constant: float) -> None: ...
-    ADD_CONSTANT = Op("elementwise.add_constant", _add_constant, mutates_args=("out",))
+    def _add_constant_torch(out: Tensor, x: Tensor, constant: float) -> None: ...
+    ADD_CONSTANT = Op("elementwise.add_constant", _add_constant_torch, mutates_args=("out",))
 
 ``ADD_CONSTANT(out, x, 3.0, backend=None)`` then runs the best eligible backend. In eager mode it
 calls the backend directly (the custom-op dispatcher costs microseconds per call); while

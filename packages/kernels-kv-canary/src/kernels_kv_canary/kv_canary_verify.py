@@ -38,23 +38,7 @@ def _kv_canary_verify_torch(
     )
 
 
-def _kv_canary_verify(
-    fail_bits: torch.Tensor,
-    canary: torch.Tensor,
-    kv_caches: list[torch.Tensor],
-    page_sizes: list[int],
-    bytes_per_token: list[int],
-    read_bytes: list[int],
-    slots: torch.Tensor,
-    prev_slots: torch.Tensor,
-    expected_positions: torch.Tensor,
-    expected_tokens: torch.Tensor | None,
-    skip_slot: int,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-KV_CANARY_VERIFY = Op(OP_ID, _kv_canary_verify, mutates_args=("fail_bits",), device_arg=1)
+KV_CANARY_VERIFY = Op(OP_ID, _kv_canary_verify_torch, mutates_args=("fail_bits",), device_arg=1)
 
 
 def kv_canary_verify(

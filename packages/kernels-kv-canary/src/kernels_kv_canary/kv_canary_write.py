@@ -33,22 +33,7 @@ def _kv_canary_write_torch(
     reference.kv_canary_write(canary, sources, slots, token_ids, positions, req_indptr, seed_slots)
 
 
-def _kv_canary_write(
-    canary: torch.Tensor,
-    kv_caches: list[torch.Tensor],
-    page_sizes: list[int],
-    bytes_per_token: list[int],
-    read_bytes: list[int],
-    slots: torch.Tensor,
-    token_ids: torch.Tensor,
-    positions: torch.Tensor,
-    req_indptr: torch.Tensor,
-    seed_slots: torch.Tensor,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-KV_CANARY_WRITE = Op(OP_ID, _kv_canary_write, mutates_args=("canary",), device_arg=0)
+KV_CANARY_WRITE = Op(OP_ID, _kv_canary_write_torch, mutates_args=("canary",), device_arg=0)
 
 
 def check_canary(op: str, canary: object) -> None:

@@ -29,21 +29,8 @@ def _reshape_and_cache_flash_torch(
     )
 
 
-def _reshape_and_cache_flash(
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    kv_cache_dtype: str,
-    k_scale: torch.Tensor | None,
-    v_scale: torch.Tensor | None,
-) -> None:
-    """Destination-passing prototype: entries of key_cache and value_cache are written."""
-
-
 RESHAPE_AND_CACHE_FLASH = Op(
-    OP_ID, _reshape_and_cache_flash, mutates_args=("key_cache", "value_cache"), device_arg=2
+    OP_ID, _reshape_and_cache_flash_torch, mutates_args=("key_cache", "value_cache"), device_arg=2
 )
 
 

@@ -23,17 +23,7 @@ def _set_mla_kv_buffer_torch(
     reference.set_mla_kv_buffer(kv_buffer, loc, k_nope, k_rope, scale)
 
 
-def _set_mla_kv_buffer(
-    kv_buffer: torch.Tensor,
-    loc: torch.Tensor,
-    k_nope: torch.Tensor,
-    k_rope: torch.Tensor,
-    scale: torch.Tensor | None,
-) -> None:
-    """Destination-passing prototype: rows of kv_buffer are written in place."""
-
-
-SET_MLA_KV_BUFFER = Op(OP_ID, _set_mla_kv_buffer, mutates_args=("kv_buffer",), device_arg=2)
+SET_MLA_KV_BUFFER = Op(OP_ID, _set_mla_kv_buffer_torch, mutates_args=("kv_buffer",), device_arg=2)
 
 
 def _width(arg: str, t: torch.Tensor, n: int) -> int:

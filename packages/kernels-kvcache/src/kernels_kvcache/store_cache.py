@@ -31,20 +31,7 @@ def _store_cache_torch(
     reference.store_cache(k, v, k_cache, v_cache, indices, k_scale, v_scale, skip_index)
 
 
-def _store_cache(
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    indices: torch.Tensor,
-    k_scale: torch.Tensor | None,
-    v_scale: torch.Tensor | None,
-    skip_index: int,
-) -> None:
-    """Destination-passing prototype: rows of k_cache and v_cache are written in place."""
-
-
-STORE_CACHE = Op(OP_ID, _store_cache, mutates_args=("k_cache", "v_cache"), device_arg=2)
+STORE_CACHE = Op(OP_ID, _store_cache_torch, mutates_args=("k_cache", "v_cache"), device_arg=2)
 
 
 def store_cache(

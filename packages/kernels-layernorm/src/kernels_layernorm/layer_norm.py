@@ -34,18 +34,7 @@ def _layernorm_torch(
     out.copy_(reference.layernorm(input, weight, bias, eps))
 
 
-def _layernorm(
-    out: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    eps: float,
-    enable_pdl: int,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-LAYERNORM = Op("layernorm.layernorm", _layernorm, mutates_args=("out",), device_arg=1)
+LAYERNORM = Op("layernorm.layernorm", _layernorm_torch, mutates_args=("out",), device_arg=1)
 
 _OP = "layernorm.layernorm"
 

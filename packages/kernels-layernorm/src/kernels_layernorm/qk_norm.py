@@ -32,18 +32,7 @@ def _qk_rmsnorm_torch(
     k.copy_(k_out)
 
 
-def _qk_rmsnorm(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    q_weight: torch.Tensor,
-    k_weight: torch.Tensor,
-    eps: float,
-    enable_pdl: int,
-) -> None:
-    """Destination-passing prototype: q and k are updated in place."""
-
-
-QK_RMSNORM = Op("layernorm.qk_rmsnorm", _qk_rmsnorm, mutates_args=("q", "k"), device_arg=0)
+QK_RMSNORM = Op("layernorm.qk_rmsnorm", _qk_rmsnorm_torch, mutates_args=("q", "k"), device_arg=0)
 
 _OP = "layernorm.qk_rmsnorm"
 

@@ -66,25 +66,21 @@ def _gemma_fused_add_rmsnorm_torch(
     input.copy_(y)
 
 
-def _norm(
-    out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, eps: float, enable_pdl: int
-) -> None:
-    """Destination-passing prototype of rmsnorm and gemma_rmsnorm (the registered schema)."""
-
-
-def _fused(
-    input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, enable_pdl: int
-) -> None:
-    """Destination-passing prototype of the fused ops: input and residual are updated in place."""
-
-
-RMSNORM = Op("layernorm.rmsnorm", _norm, mutates_args=("out",), device_arg=1)
-GEMMA_RMSNORM = Op("layernorm.gemma_rmsnorm", _norm, mutates_args=("out",), device_arg=1)
+RMSNORM = Op("layernorm.rmsnorm", _rmsnorm_torch, mutates_args=("out",), device_arg=1)
+GEMMA_RMSNORM = Op(
+    "layernorm.gemma_rmsnorm", _gemma_rmsnorm_torch, mutates_args=("out",), device_arg=1
+)
 FUSED_ADD_RMSNORM = Op(
-    "layernorm.fused_add_rmsnorm", _fused, mutates_args=("input", "residual"), device_arg=0
+    "layernorm.fused_add_rmsnorm",
+    _fused_add_rmsnorm_torch,
+    mutates_args=("input", "residual"),
+    device_arg=0,
 )
 GEMMA_FUSED_ADD_RMSNORM = Op(
-    "layernorm.gemma_fused_add_rmsnorm", _fused, mutates_args=("input", "residual"), device_arg=0
+    "layernorm.gemma_fused_add_rmsnorm",
+    _gemma_fused_add_rmsnorm_torch,
+    mutates_args=("input", "residual"),
+    device_arg=0,
 )
 
 

@@ -27,20 +27,9 @@ def _lplb_dispatch_torch(
     log2phy_prob.copy_(prob)
 
 
-def _lplb_dispatch(
-    phys_ids: torch.Tensor,
-    log2phy_prob: torch.Tensor,
-    topk_ids: torch.Tensor,
-    phy2log: torch.Tensor,
-    log2phy: torch.Tensor,
-    num_gpus: int,
-    counts: torch.Tensor | None,
-    seed: int,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-LPLB_DISPATCH = Op(OP_ID, _lplb_dispatch, mutates_args=("phys_ids", "log2phy_prob"), device_arg=2)
+LPLB_DISPATCH = Op(
+    OP_ID, _lplb_dispatch_torch, mutates_args=("phys_ids", "log2phy_prob"), device_arg=2
+)
 
 
 def lplb_dispatch(

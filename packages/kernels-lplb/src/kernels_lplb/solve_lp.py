@@ -26,19 +26,7 @@ def _solve_lp_torch(
     status.copy_(flags)
 
 
-def _solve_lp(
-    x: torch.Tensor,
-    status: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    c: torch.Tensor,
-    max_iters: int,
-    tol: float,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-SOLVE_LP = Op(OP_ID, _solve_lp, mutates_args=("x", "status"), device_arg=2)
+SOLVE_LP = Op(OP_ID, _solve_lp_torch, mutates_args=("x", "status"), device_arg=2)
 
 
 def solve_lp(

@@ -43,21 +43,9 @@ def _causal_conv1d_fwd_torch(
     )
 
 
-def _causal_conv1d_fwd(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    conv_states: torch.Tensor | None,
-    query_start_loc: torch.Tensor | None,
-    cache_indices: torch.Tensor | None,
-    has_initial_state: torch.Tensor | None,
-    activation: str | None,
-    pad_slot_id: int,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-CAUSAL_CONV1D_FWD = Op(OP_ID, _causal_conv1d_fwd, mutates_args=("x", "conv_states"), device_arg=0)
+CAUSAL_CONV1D_FWD = Op(
+    OP_ID, _causal_conv1d_fwd_torch, mutates_args=("x", "conv_states"), device_arg=0
+)
 
 
 def causal_conv1d_fwd(

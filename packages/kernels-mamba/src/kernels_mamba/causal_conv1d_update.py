@@ -33,21 +33,8 @@ def _causal_conv1d_update_torch(
     )
 
 
-def _causal_conv1d_update(
-    x: torch.Tensor,
-    conv_state: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-    cache_seqlens: torch.Tensor | None,
-    conv_state_indices: torch.Tensor | None,
-    pad_slot_id: int,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
 CAUSAL_CONV1D_UPDATE = Op(
-    OP_ID, _causal_conv1d_update, mutates_args=("x", "conv_state"), device_arg=0
+    OP_ID, _causal_conv1d_update_torch, mutates_args=("x", "conv_state"), device_arg=0
 )
 
 

@@ -46,26 +46,8 @@ def _selective_state_update_torch(
     )
 
 
-def _selective_state_update(
-    out: torch.Tensor,
-    state: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    state_batch_indices: torch.Tensor | None,
-    pad_slot_id: int,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
 SELECTIVE_STATE_UPDATE = Op(
-    OP_ID, _selective_state_update, mutates_args=("out", "state"), device_arg=2
+    OP_ID, _selective_state_update_torch, mutates_args=("out", "state"), device_arg=2
 )
 
 

@@ -21,17 +21,7 @@ def _alloc_decode_torch(
     out.copy_(reference.alloc_decode(seq_lens, last_loc, free_pages, page_size))
 
 
-def _alloc_decode(
-    out: torch.Tensor,
-    seq_lens: torch.Tensor,
-    last_loc: torch.Tensor,
-    free_pages: torch.Tensor,
-    page_size: int,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-ALLOC_DECODE = Op(OP_ID, _alloc_decode, mutates_args=("out",), device_arg=1)
+ALLOC_DECODE = Op(OP_ID, _alloc_decode_torch, mutates_args=("out",), device_arg=1)
 
 
 def alloc_decode(

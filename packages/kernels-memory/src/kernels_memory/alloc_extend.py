@@ -31,18 +31,7 @@ def _alloc_extend_torch(
     )
 
 
-def _alloc_extend(
-    out: torch.Tensor,
-    prefix_lens: torch.Tensor,
-    seq_lens: torch.Tensor,
-    last_loc: torch.Tensor,
-    free_pages: torch.Tensor,
-    page_size: int,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-ALLOC_EXTEND = Op(OP_ID, _alloc_extend, mutates_args=("out",), device_arg=1)
+ALLOC_EXTEND = Op(OP_ID, _alloc_extend_torch, mutates_args=("out",), device_arg=1)
 
 
 def alloc_extend(

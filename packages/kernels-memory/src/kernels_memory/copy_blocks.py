@@ -20,13 +20,9 @@ def _copy_blocks_torch(
     reference.copy_blocks(key_caches, value_caches, block_mapping)
 
 
-def _copy_blocks(
-    key_caches: list[torch.Tensor], value_caches: list[torch.Tensor], block_mapping: torch.Tensor
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-COPY_BLOCKS = Op(OP_ID, _copy_blocks, mutates_args=("key_caches", "value_caches"), device_arg=2)
+COPY_BLOCKS = Op(
+    OP_ID, _copy_blocks_torch, mutates_args=("key_caches", "value_caches"), device_arg=2
+)
 
 
 def copy_blocks(

@@ -21,16 +21,7 @@ def _get_last_loc_torch(
     last.copy_(reference.get_last_loc(req_to_token, req_pool_indices, prefix_lens))
 
 
-def _get_last_loc(
-    last: torch.Tensor,
-    req_to_token: torch.Tensor,
-    req_pool_indices: torch.Tensor,
-    prefix_lens: torch.Tensor,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-GET_LAST_LOC = Op(OP_ID, _get_last_loc, mutates_args=("last",), device_arg=1)
+GET_LAST_LOC = Op(OP_ID, _get_last_loc_torch, mutates_args=("last",), device_arg=1)
 
 
 def get_last_loc(

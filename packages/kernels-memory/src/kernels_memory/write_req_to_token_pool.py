@@ -27,19 +27,8 @@ def _write_req_to_token_pool_torch(
     )
 
 
-def _write_req_to_token_pool(
-    req_to_token: torch.Tensor,
-    req_pool_indices: torch.Tensor,
-    starts: torch.Tensor,
-    ends: torch.Tensor,
-    out_cache_loc: torch.Tensor,
-    prefixes: list[torch.Tensor],
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
 WRITE_REQ_TO_TOKEN_POOL = Op(
-    OP_ID, _write_req_to_token_pool, mutates_args=("req_to_token",), device_arg=0
+    OP_ID, _write_req_to_token_pool_torch, mutates_args=("req_to_token",), device_arg=0
 )
 
 

@@ -40,21 +40,7 @@ def _gate_topk_renorm_torch(
     ids.copy_(i)
 
 
-def _gate_topk_renorm(
-    weights: torch.Tensor,
-    ids: torch.Tensor,
-    logits: torch.Tensor,
-    bias: torch.Tensor | None,
-    n_group: int,
-    topk_group: int,
-    renormalize: bool,
-    routed_scaling_factor: float,
-    apply_routed_scaling_factor_on_output: bool,
-) -> None:
-    """Destination-passing prototype: weights [T, k] fp32 and ids [T, k] int32 are written."""
-
-
-GATE_TOPK_RENORM = Op(OP_ID, _gate_topk_renorm, mutates_args=("weights", "ids"), device_arg=2)
+GATE_TOPK_RENORM = Op(OP_ID, _gate_topk_renorm_torch, mutates_args=("weights", "ids"), device_arg=2)
 
 
 def gate_topk_renorm(

@@ -34,22 +34,9 @@ def _moe_align_block_size_torch(
     num_tokens_post_padded.copy_(total)
 
 
-def _moe_align_block_size(
-    sorted_token_ids: torch.Tensor,
-    expert_ids: torch.Tensor,
-    num_tokens_post_padded: torch.Tensor,
-    topk_ids: torch.Tensor,
-    num_experts: int,
-    block_size: int,
-    pad_sorted_token_ids: bool,
-) -> None:
-    """Destination-passing prototype: sorted_token_ids [P], expert_ids [ceil(P/bs)] and
-    num_tokens_post_padded [1] (all int32) are written."""
-
-
 MOE_ALIGN_BLOCK_SIZE = Op(
     OP_ID,
-    _moe_align_block_size,
+    _moe_align_block_size_torch,
     mutates_args=("sorted_token_ids", "expert_ids", "num_tokens_post_padded"),
     device_arg=3,
 )

@@ -23,16 +23,7 @@ def _moe_sum_reduce_torch(
     out.copy_(reference.moe_sum_reduce(x, routed_scaling_factor, topk_weights))
 
 
-def _moe_sum_reduce(
-    out: torch.Tensor,
-    x: torch.Tensor,
-    topk_weights: torch.Tensor | None,
-    routed_scaling_factor: float,
-) -> None:
-    """Destination-passing prototype: out [T, H] (the dtype of x) is written."""
-
-
-MOE_SUM_REDUCE = Op(OP_ID, _moe_sum_reduce, mutates_args=("out",), device_arg=1)
+MOE_SUM_REDUCE = Op(OP_ID, _moe_sum_reduce_torch, mutates_args=("out",), device_arg=1)
 
 
 def moe_sum_reduce(

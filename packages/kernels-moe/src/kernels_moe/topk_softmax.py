@@ -29,19 +29,9 @@ def _topk_softmax_torch(
     topk_ids.copy_(ids)
 
 
-def _topk_softmax(
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
-    gating: torch.Tensor,
-    renormalize: bool,
-    moe_softcapping: float,
-    correction_bias: torch.Tensor | None,
-) -> None:
-    """Destination-passing prototype: topk_weights [T, k] fp32 and topk_ids [T, k] int32 are
-    written."""
-
-
-TOPK_SOFTMAX = Op(OP_ID, _topk_softmax, mutates_args=("topk_weights", "topk_ids"), device_arg=2)
+TOPK_SOFTMAX = Op(
+    OP_ID, _topk_softmax_torch, mutates_args=("topk_weights", "topk_ids"), device_arg=2
+)
 
 
 def topk_softmax(

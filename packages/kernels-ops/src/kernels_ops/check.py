@@ -35,8 +35,12 @@ def best_device() -> torch.device:
 def _clone(value):
     if isinstance(value, torch.Tensor):
         return value.clone()
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple
+        return type(value)(*(_clone(v) for v in value))
     if isinstance(value, (list, tuple)):
         return type(value)(_clone(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
     return value
 
 

@@ -17,11 +17,7 @@ def _hadamard_transform_torch(out: torch.Tensor, x: torch.Tensor, scale: float) 
     out.copy_(reference.hadamard_transform(x, scale))
 
 
-def _hadamard_transform(out: torch.Tensor, x: torch.Tensor, scale: float) -> None:
-    """Destination-passing prototype: out (like x) is written."""
-
-
-HADAMARD_TRANSFORM = Op(OP_ID, _hadamard_transform, mutates_args=("out",), device_arg=1)
+HADAMARD_TRANSFORM = Op(OP_ID, _hadamard_transform_torch, mutates_args=("out",), device_arg=1)
 
 
 def hadamard_transform(

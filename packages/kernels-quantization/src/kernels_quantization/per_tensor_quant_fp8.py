@@ -22,15 +22,7 @@ def _per_tensor_quant_fp8_torch(
         s.copy_(s_ref)
 
 
-def _per_tensor_quant_fp8(
-    q: torch.Tensor, s: torch.Tensor, x: torch.Tensor, is_static: bool
-) -> None:
-    """Destination-passing prototype. Dynamic: s (fp32 [1]) is written, the op zeroes any
-    workspace it needs itself. Static: s is the caller's scale and only read (the schema marks it
-    mutable because the dynamic mode writes it)."""
-
-
-PER_TENSOR_QUANT_FP8 = Op(OP_ID, _per_tensor_quant_fp8, mutates_args=("q", "s"), device_arg=2)
+PER_TENSOR_QUANT_FP8 = Op(OP_ID, _per_tensor_quant_fp8_torch, mutates_args=("q", "s"), device_arg=2)
 
 
 def per_tensor_quant_fp8(

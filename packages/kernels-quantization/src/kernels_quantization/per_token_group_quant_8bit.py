@@ -42,21 +42,8 @@ def _per_token_group_quant_8bit_torch(
     s.copy_(reference.pack_ue8m0(s_ref) if pack_ue8m0 else s_ref)
 
 
-def _per_token_group_quant_8bit(
-    q: torch.Tensor,
-    s: torch.Tensor,
-    x: torch.Tensor,
-    group_size: int,
-    eps: float,
-    scale_ue8m0: bool,
-    pack_ue8m0: bool,
-) -> None:
-    """Destination-passing prototype: q (like x, fp8 or int8) and s (a view in any of the layouts
-    above: fp32 [..., M, G] or packed int32 [..., M, ceil(G/4)]) are written."""
-
-
 PER_TOKEN_GROUP_QUANT_8BIT = Op(
-    OP_ID, _per_token_group_quant_8bit, mutates_args=("q", "s"), device_arg=2
+    OP_ID, _per_token_group_quant_8bit_torch, mutates_args=("q", "s"), device_arg=2
 )
 
 

@@ -23,11 +23,7 @@ def _per_token_quant_fp8_torch(q: torch.Tensor, s: torch.Tensor, x: torch.Tensor
     s.copy_(s_ref)
 
 
-def _per_token_quant_fp8(q: torch.Tensor, s: torch.Tensor, x: torch.Tensor) -> None:
-    """Destination-passing prototype: q [T, K] fp8 and s [T, 1] fp32 are written."""
-
-
-PER_TOKEN_QUANT_FP8 = Op(OP_ID, _per_token_quant_fp8, mutates_args=("q", "s"), device_arg=2)
+PER_TOKEN_QUANT_FP8 = Op(OP_ID, _per_token_quant_fp8_torch, mutates_args=("q", "s"), device_arg=2)
 
 
 def per_token_quant_fp8(

@@ -17,13 +17,7 @@ def _min_p_renorm_probs_torch(
     out.copy_(reference.min_p_renorm_probs(probs, min_p_val if min_p_arr is None else min_p_arr))
 
 
-def _min_p_renorm_probs(
-    out: torch.Tensor, probs: torch.Tensor, min_p_arr: torch.Tensor | None, min_p_val: float
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-MIN_P_RENORM_PROBS = Op(OP_ID, _min_p_renorm_probs, mutates_args=("out",), device_arg=1)
+MIN_P_RENORM_PROBS = Op(OP_ID, _min_p_renorm_probs_torch, mutates_args=("out",), device_arg=1)
 
 
 def min_p_renorm_probs(

@@ -28,20 +28,8 @@ def _sampling_from_probs_torch(
     valid.copy_(ok)
 
 
-def _sampling_from_probs(
-    samples: torch.Tensor,
-    valid: torch.Tensor,
-    probs: torch.Tensor,
-    indices: torch.Tensor | None,
-    seed: torch.Tensor,
-    offset: torch.Tensor,
-    deterministic: bool,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
 SAMPLING_FROM_PROBS = Op(
-    OP_ID, _sampling_from_probs, mutates_args=("samples", "valid"), device_arg=2
+    OP_ID, _sampling_from_probs_torch, mutates_args=("samples", "valid"), device_arg=2
 )
 
 

@@ -17,13 +17,7 @@ def _top_k_mask_logits_torch(
     out.copy_(reference.top_k_mask_logits(logits, top_k_val if top_k_arr is None else top_k_arr))
 
 
-def _top_k_mask_logits(
-    out: torch.Tensor, logits: torch.Tensor, top_k_arr: torch.Tensor | None, top_k_val: int
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-TOP_K_MASK_LOGITS = Op(OP_ID, _top_k_mask_logits, mutates_args=("out",), device_arg=1)
+TOP_K_MASK_LOGITS = Op(OP_ID, _top_k_mask_logits_torch, mutates_args=("out",), device_arg=1)
 
 
 def top_k_mask_logits(

@@ -17,13 +17,7 @@ def _top_k_renorm_probs_torch(
     out.copy_(reference.top_k_renorm_probs(probs, top_k_val if top_k_arr is None else top_k_arr))
 
 
-def _top_k_renorm_probs(
-    out: torch.Tensor, probs: torch.Tensor, top_k_arr: torch.Tensor | None, top_k_val: int
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-TOP_K_RENORM_PROBS = Op(OP_ID, _top_k_renorm_probs, mutates_args=("out",), device_arg=1)
+TOP_K_RENORM_PROBS = Op(OP_ID, _top_k_renorm_probs_torch, mutates_args=("out",), device_arg=1)
 
 
 def top_k_renorm_probs(

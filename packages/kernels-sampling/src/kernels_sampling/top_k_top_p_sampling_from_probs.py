@@ -41,25 +41,8 @@ def _top_k_top_p_sampling_from_probs_torch(
     valid.copy_(ok)
 
 
-def _top_k_top_p_sampling_from_probs(
-    samples: torch.Tensor,
-    valid: torch.Tensor,
-    probs: torch.Tensor,
-    top_k_arr: torch.Tensor | None,
-    top_k_val: int,
-    top_p_arr: torch.Tensor | None,
-    top_p_val: float,
-    indices: torch.Tensor | None,
-    filter_apply_order: str,
-    seed: torch.Tensor,
-    offset: torch.Tensor,
-    deterministic: bool,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
 TOP_K_TOP_P_SAMPLING_FROM_PROBS = Op(
-    OP_ID, _top_k_top_p_sampling_from_probs, mutates_args=("samples", "valid"), device_arg=2
+    OP_ID, _top_k_top_p_sampling_from_probs_torch, mutates_args=("samples", "valid"), device_arg=2
 )
 
 

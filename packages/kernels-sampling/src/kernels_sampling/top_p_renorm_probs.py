@@ -17,13 +17,7 @@ def _top_p_renorm_probs_torch(
     out.copy_(reference.top_p_renorm_probs(probs, top_p_val if top_p_arr is None else top_p_arr))
 
 
-def _top_p_renorm_probs(
-    out: torch.Tensor, probs: torch.Tensor, top_p_arr: torch.Tensor | None, top_p_val: float
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-TOP_P_RENORM_PROBS = Op(OP_ID, _top_p_renorm_probs, mutates_args=("out",), device_arg=1)
+TOP_P_RENORM_PROBS = Op(OP_ID, _top_p_renorm_probs_torch, mutates_args=("out",), device_arg=1)
 
 
 def top_p_renorm_probs(

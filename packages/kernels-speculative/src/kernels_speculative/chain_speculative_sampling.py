@@ -32,23 +32,9 @@ def _chain_speculative_sampling_torch(
     emitted_num.copy_(emitted)
 
 
-def _chain_speculative_sampling(
-    output_token_ids: torch.Tensor,
-    accepted_num: torch.Tensor,
-    emitted_num: torch.Tensor,
-    draft_probs: torch.Tensor,
-    draft_token_ids: torch.Tensor,
-    target_probs: torch.Tensor,
-    seed: torch.Tensor,
-    offset: torch.Tensor,
-    deterministic: bool,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
 CHAIN_SPECULATIVE_SAMPLING = Op(
     OP_ID,
-    _chain_speculative_sampling,
+    _chain_speculative_sampling_torch,
     mutates_args=("output_token_ids", "accepted_num", "emitted_num"),
     device_arg=3,
 )

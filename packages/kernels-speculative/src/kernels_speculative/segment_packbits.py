@@ -22,17 +22,7 @@ def _segment_packbits_torch(
     reference.segment_packbits_into(y, x, input_indptr, output_indptr, bitorder)
 
 
-def _segment_packbits(
-    y: torch.Tensor,
-    x: torch.Tensor,
-    input_indptr: torch.Tensor,
-    output_indptr: torch.Tensor,
-    bitorder: str,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-SEGMENT_PACKBITS = Op(OP_ID, _segment_packbits, mutates_args=("y",), device_arg=1)
+SEGMENT_PACKBITS = Op(OP_ID, _segment_packbits_torch, mutates_args=("y",), device_arg=1)
 
 
 def segment_packbits(

@@ -34,22 +34,9 @@ def _verify_tree_greedy_torch(
     )
 
 
-def _verify_tree_greedy(
-    predicts: torch.Tensor,
-    accept_index: torch.Tensor,
-    accept_token_num: torch.Tensor,
-    candidates: torch.Tensor,
-    retrive_index: torch.Tensor,
-    retrive_next_token: torch.Tensor,
-    retrive_next_sibling: torch.Tensor,
-    target_predict: torch.Tensor,
-) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
 VERIFY_TREE_GREEDY = Op(
     OP_ID,
-    _verify_tree_greedy,
+    _verify_tree_greedy_torch,
     mutates_args=("predicts", "accept_index", "accept_token_num"),
     device_arg=3,
 )
