@@ -138,4 +138,4 @@ def test_cuda_graph_capture():
 
 
 def test_cuda_source_compiles_for_sm90a():
-    assert compile_group_for_hopper("elementwise") == ["add_constant_cuda"]
+    assert "add_constant_cuda" in compile_group_for_hopper("elementwise")

@@ -1,4 +1,10 @@
-"""Benchmarks of the elementwise group, plus the JIT costs of its reference kernel."""
+"""Benchmarks of the elementwise group, plus the JIT costs of its reference kernel.
+
+softcap, sigmoid_mul, gate_sigmoid_mul_add and fused_dual_residual_rmsnorm run against torch
+eager (the reference) and torch.compile of the reference, at tokens 1..32768 x hidden
+4096/7168/8192 in bf16. Expected ceiling: minimum bytes / ~4.27 TB/s (e.g. 32768 x 8192 softcap,
+1.07 GB: ~251 us); decode shapes are launch-bound (~1-2 us under CUDA graphs).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +18,37 @@ from collections.abc import Iterator
 
 import torch
 
-from kernels_elementwise import add_constant, reference
+from kernels_elementwise import (
+    add_constant,
+    fused_dual_residual_rmsnorm,
+    gate_sigmoid_mul_add,
+    reference,
+    sigmoid_mul,
+    softcap,
+)
 from shared.bench.harness import Case
 from shared.bench.peers import compiled
+
+TOKENS = (1, 16, 128, 1024, 8192, 32768)
+HIDDEN = (4096, 7168, 8192)
+QUICK = ((1, 4096), (16, 8192), (1024, 7168), (8192, 4096), (32768, 8192))
+DTYPE = torch.bfloat16
+HEAD_DIM = 128  # sigmoid_mul: x and gate [T, H, 128], recorded as [T, H * 128]
+GATE_K = 7168  # gate_sigmoid_mul_add: h [T, 7168] (the DeepSeek/Qwen-MoE hidden size)
+SOFTCAP = 30.0
+
+
+def shapes(quick: bool) -> Iterator[tuple[int, int]]:
+    if quick:
+        yield from QUICK
+        return
+    for hidden in HIDDEN:
+        for tokens in TOKENS:
+            yield tokens, hidden
+
+
+def _randn(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, device="cuda").to(DTYPE)
 
 
 def add_constant_cases(quick: bool) -> Iterator[Case]:
@@ -40,8 +74,142 @@ def add_constant_cases(quick: bool) -> Iterator[Case]:
             )
 
 
+def softcap_cases(quick: bool) -> Iterator[Case]:
+    for tokens, hidden in shapes(quick):
+
+        def make(tokens=tokens, hidden=hidden):
+            x = _randn(tokens, hidden) * 40
+            return {"x": x, "out": torch.empty_like(x)}
+
+        yield Case(
+            op="softcap",
+            shape=[tokens, hidden],
+            dtype=DTYPE,
+            bytes=2 * tokens * hidden * DTYPE.itemsize,  # read x + write out, both [T, H]
+            make_inputs=make,
+            impls={
+                "cuda": lambda s: softcap(s["x"], SOFTCAP, out=s["out"], backend="cuda"),
+                "torch_eager": lambda s: reference.softcap(s["x"], SOFTCAP),
+                "torch_compile": lambda s: compiled(reference.softcap)(s["x"], SOFTCAP),
+            },
+        )
+
+
+def sigmoid_mul_cases(quick: bool) -> Iterator[Case]:
+    for tokens, hidden in shapes(quick):
+        heads = hidden // HEAD_DIM
+
+        def make(tokens=tokens, heads=heads):
+            x = _randn(tokens, heads, HEAD_DIM)
+            gate = _randn(tokens, heads, HEAD_DIM)
+            return {"x": x, "gate": gate, "out": torch.empty_like(x)}
+
+        yield Case(
+            op="sigmoid_mul",
+            shape=[tokens, hidden],
+            dtype=DTYPE,
+            bytes=3 * tokens * hidden * DTYPE.itemsize,  # read x, gate + write out, all [T, H*D]
+            make_inputs=make,
+            impls={
+                "cuda": lambda s: sigmoid_mul(s["x"], s["gate"], out=s["out"], backend="cuda"),
+                "torch_eager": lambda s: reference.sigmoid_mul(s["x"], s["gate"]),
+                "torch_compile": lambda s: compiled(reference.sigmoid_mul)(s["x"], s["gate"]),
+            },
+            note=f"x, gate [T, H, {HEAD_DIM}], full gate",
+        )
+
+
+def gate_sigmoid_mul_add_cases(quick: bool) -> Iterator[Case]:
+    for tokens, hidden in shapes(quick):
+
+        def make(tokens=tokens, hidden=hidden):
+            h = _randn(tokens, GATE_K)
+            w = _randn(GATE_K) / GATE_K**0.5
+            shared, routed = _randn(tokens, hidden), _randn(tokens, hidden)
+            return {
+                "h": h,
+                "w": w,
+                "shared": shared,
+                "routed": routed,
+                "out": torch.empty_like(shared),
+            }
+
+        def ours(s):
+            return gate_sigmoid_mul_add(
+                s["h"], s["w"], s["shared"], s["routed"], out=s["out"], backend="cuda"
+            )
+
+        yield Case(
+            op="gate_sigmoid_mul_add",
+            shape=[tokens, hidden],
+            dtype=DTYPE,
+            # read h [T, K], w [K], shared and routed [T, H] + write out [T, H]
+            bytes=(tokens * GATE_K + GATE_K + 3 * tokens * hidden) * DTYPE.itemsize,
+            make_inputs=make,
+            impls={
+                "cuda": ours,
+                "torch_eager": lambda s: reference.gate_sigmoid_mul_add(
+                    s["h"], s["w"], s["shared"], s["routed"]
+                ),
+                "torch_compile": lambda s: compiled(reference.gate_sigmoid_mul_add)(
+                    s["h"], s["w"], s["shared"], s["routed"]
+                ),
+            },
+            note=f"K={GATE_K}, with routed",
+        )
+
+
+def fused_dual_residual_rmsnorm_cases(quick: bool) -> Iterator[Case]:
+    for tokens, hidden in shapes(quick):
+
+        def make(tokens=tokens, hidden=hidden):
+            x, residual = _randn(tokens, hidden), _randn(tokens, hidden)
+            return {
+                "x": x,
+                "residual": residual,
+                "w1": _randn(hidden),
+                "w2": _randn(hidden),
+                "out": torch.empty_like(x),
+                "mid": torch.empty_like(x),
+            }
+
+        def ours(s):
+            return fused_dual_residual_rmsnorm(
+                s["x"],
+                s["residual"],
+                s["w1"],
+                s["w2"],
+                1e-6,
+                out=s["out"],
+                mid=s["mid"],
+                backend="cuda",
+            )
+
+        yield Case(
+            op="fused_dual_residual_rmsnorm",
+            shape=[tokens, hidden],
+            dtype=DTYPE,
+            # read x, residual [T, H] and w1, w2 [H] + write out, mid [T, H]
+            bytes=(4 * tokens * hidden + 2 * hidden) * DTYPE.itemsize,
+            make_inputs=make,
+            impls={
+                "cuda": ours,
+                "torch_eager": lambda s: reference.fused_dual_residual_rmsnorm(
+                    s["x"], s["residual"], s["w1"], s["w2"], 1e-6
+                ),
+                "torch_compile": lambda s: compiled(reference.fused_dual_residual_rmsnorm)(
+                    s["x"], s["residual"], s["w1"], s["w2"], 1e-6
+                ),
+            },
+        )
+
+
 def cases(quick: bool) -> Iterator[Case]:
     yield from add_constant_cases(quick)
+    yield from softcap_cases(quick)
+    yield from sigmoid_mul_cases(quick)
+    yield from gate_sigmoid_mul_add_cases(quick)
+    yield from fused_dual_residual_rmsnorm_cases(quick)
 
 
 _COLD = """

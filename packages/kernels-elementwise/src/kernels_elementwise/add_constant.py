@@ -47,11 +47,9 @@ def _contiguous(out: torch.Tensor, x: torch.Tensor, constant: float) -> str | No
     return None if x.is_contiguous() and out.is_contiguous() else "needs contiguous x and out"
 
 
-def _add_constant(out: torch.Tensor, x: torch.Tensor, constant: float) -> None:
-    """Destination-passing prototype: the schema of the registered torch op."""
-
-
-ADD_CONSTANT = Op("elementwise.add_constant", _add_constant, mutates_args=("out",), device_arg=1)
+ADD_CONSTANT = Op(
+    "elementwise.add_constant", _add_constant_torch, mutates_args=("out",), device_arg=1
+)
 
 
 def add_constant(

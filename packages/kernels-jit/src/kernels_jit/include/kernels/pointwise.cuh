@@ -219,25 +219,37 @@ inline bool packs_fit(const void* ptr, int64_t cols, int64_t row_stride, int64_t
 // ---------------------------------------------------------------------------------------------
 // The unary row engine: out[r, c] = op(x[r, c]) over rows of a contiguous last dim. One flat work
 // index per 16-byte pack of x (or per element on the scalar path) keeps every SM busy at any row
-// count: thread t of block b handles b * (blockDim * 4) + t + u * blockDim, u < 4, so a warp's
-// accesses stay coalesced and each thread has 4 loads in flight before its first use. The block
-// size is chosen per launch (pointwise_threads), not per kernel: one kernel serves every shape.
+// count: thread t of block b handles b * (blockDim * unroll) + t + u * blockDim, u < unroll, so a
+// warp's accesses stay coalesced and each thread has `unroll` loads in flight before its first
+// use. Block size and unroll are chosen per launch (PointwisePlan), not per kernel: one kernel
+// serves every shape.
 
 constexpr int kPointwiseMaxThreads = 256;
-constexpr int kPointwiseUnroll = 4;
+constexpr int kPointwiseMaxUnroll = 4;
 
-// 256 threads while the grid still gives two blocks to every SM, else 128 or 64: decode and
-// small-batch shapes get more, smaller blocks spread over more SMs.
-inline unsigned pointwise_threads(int64_t work, int device) {
+struct PointwisePlan {
+  unsigned threads;
+  unsigned unroll;
+};
+
+// Large problems: 256 threads x 4 items (four 16-byte loads in flight per thread) while that
+// still gives every SM two blocks. Smaller ones (decode, small batches): one item per thread in
+// blocks of 256, 128 or 64 threads, the largest that still gives every SM two blocks, so the
+// per-thread math (two MUFU ops per element for the gated activations) is spread over as many
+// SMs as the work allows instead of serialised four items deep on a few.
+inline PointwisePlan pointwise_plan(int64_t work, int device) {
   const int64_t target = 2 * static_cast<int64_t>(sm_count(device));
+  if ((work + kPointwiseMaxThreads * kPointwiseMaxUnroll - 1) /
+          (kPointwiseMaxThreads * kPointwiseMaxUnroll) >=
+      target)
+    return {kPointwiseMaxThreads, kPointwiseMaxUnroll};
   for (unsigned threads = kPointwiseMaxThreads; threads > 64; threads /= 2)
-    if ((work + threads * kPointwiseUnroll - 1) / (threads * kPointwiseUnroll) >= target)
-      return threads;
-  return 64;
+    if ((work + threads - 1) / threads >= target) return {threads, 1};
+  return {64, 1};
 }
 
-inline unsigned pointwise_blocks(int64_t work, unsigned threads) {
-  return ceil_div(work, int64_t{threads} * kPointwiseUnroll);
+inline unsigned pointwise_blocks(int64_t work, PointwisePlan plan) {
+  return ceil_div(work, int64_t{plan.threads} * plan.unroll);
 }
 
 // Packs: x and out 16-byte aligned, cols and row strides whole packs. `tail` (< one pack) is the
@@ -245,25 +257,26 @@ inline unsigned pointwise_blocks(int64_t work, unsigned threads) {
 template <typename TIn, typename TOut, typename Op>
 __global__ void __launch_bounds__(kPointwiseMaxThreads)
     unary_packs_kernel(TOut* __restrict__ out, int64_t out_stride, const TIn* __restrict__ x,
-                       int64_t x_stride, FastDivmod per_row, uint32_t total, uint32_t tail, Op op) {
+                       int64_t x_stride, FastDivmod per_row, uint32_t total, uint32_t unroll,
+                       uint32_t tail, Op op) {
   constexpr int P = Pack<TIn>::size;
   static_assert(sizeof(TOut) >= sizeof(TIn), "outputs narrower than inputs are not packed");
   const uint32_t threads = blockDim.x;
-  const uint32_t first = blockIdx.x * threads * kPointwiseUnroll + threadIdx.x;
-  int4 raw[kPointwiseUnroll];
+  const uint32_t first = blockIdx.x * threads * unroll + threadIdx.x;
+  int4 raw[kPointwiseMaxUnroll];
 #pragma unroll
-  for (int u = 0; u < kPointwiseUnroll; ++u) {
+  for (int u = 0; u < kPointwiseMaxUnroll; ++u) {
     const uint32_t i = first + u * threads;
-    if (i < total) {
+    if (u < unroll && i < total) {
       uint32_t r, c;
       per_row.divmod(i, r, c);
       raw[u] = load16_stream(x + r * x_stride + c * P);
     }
   }
 #pragma unroll
-  for (int u = 0; u < kPointwiseUnroll; ++u) {
+  for (int u = 0; u < kPointwiseMaxUnroll; ++u) {
     const uint32_t i = first + u * threads;
-    if (i < total) {
+    if (u < unroll && i < total) {
       uint32_t r, c;
       per_row.divmod(i, r, c);
       float f[P];
@@ -283,23 +296,24 @@ __global__ void __launch_bounds__(kPointwiseMaxThreads)
 template <typename TIn, typename TOut, typename Op>
 __global__ void __launch_bounds__(kPointwiseMaxThreads)
     unary_scalar_kernel(TOut* __restrict__ out, int64_t out_stride, const TIn* __restrict__ x,
-                        int64_t x_stride, FastDivmod per_row, uint32_t total, Op op) {
+                        int64_t x_stride, FastDivmod per_row, uint32_t total, uint32_t unroll,
+                        Op op) {
   const uint32_t threads = blockDim.x;
-  const uint32_t first = blockIdx.x * threads * kPointwiseUnroll + threadIdx.x;
-  float v[kPointwiseUnroll];
+  const uint32_t first = blockIdx.x * threads * unroll + threadIdx.x;
+  float v[kPointwiseMaxUnroll];
 #pragma unroll
-  for (int u = 0; u < kPointwiseUnroll; ++u) {
+  for (int u = 0; u < kPointwiseMaxUnroll; ++u) {
     const uint32_t i = first + u * threads;
-    if (i < total) {
+    if (u < unroll && i < total) {
       uint32_t r, c;
       per_row.divmod(i, r, c);
       v[u] = to_float(x[r * x_stride + c]);
     }
   }
 #pragma unroll
-  for (int u = 0; u < kPointwiseUnroll; ++u) {
+  for (int u = 0; u < kPointwiseMaxUnroll; ++u) {
     const uint32_t i = first + u * threads;
-    if (i < total) {
+    if (u < unroll && i < total) {
       uint32_t r, c;
       per_row.divmod(i, r, c);
       out[r * out_stride + c] = from_float<TOut>(op(v[u]));
@@ -317,7 +331,7 @@ void unary_rows(TOut* out, int64_t out_stride, const TIn* x, int64_t x_stride, i
   if (contiguous && is_aligned(out) && is_aligned(x)) {
     const int64_t n = rows * cols;
     const int64_t packs = n / P;
-    const unsigned threads = pointwise_threads(packs, device);
+    const PointwisePlan plan = pointwise_plan(packs, device);
     // Slices of at most 2^28 packs (4 GiB of x), each seen as one row, so that a pack's element
     // offset c * P stays below 2^31; the last slice also writes the tail.
     constexpr int64_t kSlice = int64_t{1} << 28;
@@ -325,10 +339,11 @@ void unary_rows(TOut* out, int64_t out_stride, const TIn* x, int64_t x_stride, i
     do {
       const int64_t len = std::min(kSlice, packs - start);
       const uint32_t tail = start + len == packs ? static_cast<uint32_t>(n % P) : 0;
-      const unsigned blocks = std::max(1u, pointwise_blocks(len, threads));  // >= 1 for a tail
+      const unsigned blocks = std::max(1u, pointwise_blocks(len, plan));  // >= 1 for a tail
       const FastDivmod one_row(static_cast<uint32_t>(std::max<int64_t>(len, 1)));
-      unary_packs_kernel<TIn, TOut, Op><<<blocks, threads, 0, stream>>>(
-          out + start * P, 0, x + start * P, 0, one_row, static_cast<uint32_t>(len), tail, op);
+      unary_packs_kernel<TIn, TOut, Op><<<blocks, plan.threads, 0, stream>>>(
+          out + start * P, 0, x + start * P, 0, one_row, static_cast<uint32_t>(len), plan.unroll,
+          tail, op);
       start += len;
     } while (start < packs);
     return;
@@ -336,19 +351,19 @@ void unary_rows(TOut* out, int64_t out_stride, const TIn* x, int64_t x_stride, i
   const bool packed = packs_fit(x, cols, x_stride, sizeof(TIn)) &&
                       packs_fit(out, cols, out_stride, sizeof(TOut));
   const int64_t per_row = packed ? cols / P : cols;
-  const unsigned threads = pointwise_threads(rows * per_row, device);
+  const PointwisePlan plan = pointwise_plan(rows * per_row, device);
   const FastDivmod divmod(static_cast<uint32_t>(per_row));
   for_row_chunks(rows, per_row, [&](int64_t r0, int64_t n) {
     const int64_t work = n * per_row;
-    const unsigned blocks = pointwise_blocks(work, threads);
+    const unsigned blocks = pointwise_blocks(work, plan);
     TOut* o = out + r0 * out_stride;
     const TIn* i = x + r0 * x_stride;
     if (packed)
-      unary_packs_kernel<TIn, TOut, Op><<<blocks, threads, 0, stream>>>(
-          o, out_stride, i, x_stride, divmod, static_cast<uint32_t>(work), 0, op);
+      unary_packs_kernel<TIn, TOut, Op><<<blocks, plan.threads, 0, stream>>>(
+          o, out_stride, i, x_stride, divmod, static_cast<uint32_t>(work), plan.unroll, 0, op);
     else
-      unary_scalar_kernel<TIn, TOut, Op><<<blocks, threads, 0, stream>>>(
-          o, out_stride, i, x_stride, divmod, static_cast<uint32_t>(work), op);
+      unary_scalar_kernel<TIn, TOut, Op><<<blocks, plan.threads, 0, stream>>>(
+          o, out_stride, i, x_stride, divmod, static_cast<uint32_t>(work), plan.unroll, op);
   });
 }
 

@@ -1,0 +1,191 @@
+// activation.{silu_and_mul, gelu_and_mul, gelu_tanh_and_mul, relu2}, CUDA.
+//
+// Gated: x [..., 2d] -> out [..., d], out = act(x[..., :d]) * x[..., d:], computed in fp32 and
+// rounded once. Unary: relu2(x) = relu(x)^2, same shape.
+//
+// Both run on the row engine of <kernels/pointwise.cuh>: one flat work index per 16-byte pack of
+// the output (8 bf16/fp16 or 4 fp32 values), divided into (row, column) with FastDivmod, so any
+// token count fills the 132 SMs of an H200 and rows may sit at any stride (slices of a wider
+// buffer). A thread issues all its loads (2 per item, up to 4 items) before its first use. Packs
+// need d, the row strides and the base pointers to be whole 16-byte multiples; otherwise a scalar
+// kernel with the same indexing runs. Bytes for the gated ops: read 2d, write d per row.
+#pragma once
+
+#include <kernels/activation_math.cuh>
+#include <kernels/checks.h>
+#include <kernels/cuda_dtype.cuh>
+#include <kernels/dtype.h>
+#include <kernels/launch.cuh>
+#include <kernels/pointwise.cuh>
+
+namespace activation_detail {
+
+using kernels::FastDivmod;
+using kernels::kPointwiseMaxThreads;
+constexpr int kUnroll = kernels::kPointwiseMaxUnroll;
+
+template <typename T, typename Act>
+__global__ void __launch_bounds__(kPointwiseMaxThreads)
+    gated_packs_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x,
+                       int64_t x_stride, int64_t d, FastDivmod per_row, uint32_t total,
+                       uint32_t unroll) {
+  constexpr int P = kernels::Pack<T>::size;
+  const Act act;
+  const uint32_t threads = blockDim.x;
+  const uint32_t first = blockIdx.x * threads * unroll + threadIdx.x;
+  int4 gate[kUnroll], up[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const uint32_t i = first + u * threads;
+    if (u < unroll && i < total) {
+      uint32_t r, c;
+      per_row.divmod(i, r, c);
+      const T* src = x + r * x_stride + c * P;
+      gate[u] = kernels::load16_stream(src);
+      up[u] = kernels::load16_stream(src + d);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const uint32_t i = first + u * threads;
+    if (u < unroll && i < total) {
+      uint32_t r, c;
+      per_row.divmod(i, r, c);
+      float g[P], v[P];
+      kernels::raw_to_floats<T, P>(&gate[u], g);
+      kernels::raw_to_floats<T, P>(&up[u], v);
+#pragma unroll
+      for (int k = 0; k < P; ++k) g[k] = act(g[k]) * v[k];
+      kernels::store_floats_stream<T, P>(out + r * out_stride + c * P, g);
+    }
+  }
+}
+
+template <typename T, typename Act>
+__global__ void __launch_bounds__(kPointwiseMaxThreads)
+    gated_scalar_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x,
+                        int64_t x_stride, int64_t d, FastDivmod per_row, uint32_t total,
+                       uint32_t unroll) {
+  const Act act;
+  const uint32_t threads = blockDim.x;
+  const uint32_t first = blockIdx.x * threads * unroll + threadIdx.x;
+  float g[kUnroll], v[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const uint32_t i = first + u * threads;
+    if (u < unroll && i < total) {
+      uint32_t r, c;
+      per_row.divmod(i, r, c);
+      const T* src = x + r * x_stride + c;
+      g[u] = kernels::to_float(src[0]);
+      v[u] = kernels::to_float(src[d]);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const uint32_t i = first + u * threads;
+    if (u < unroll && i < total) {
+      uint32_t r, c;
+      per_row.divmod(i, r, c);
+      out[r * out_stride + c] = kernels::from_float<T>(act(g[u]) * v[u]);
+    }
+  }
+}
+
+template <typename T, typename Act>
+void gated_rows(T* out, int64_t out_stride, const T* x, int64_t x_stride, int64_t rows, int64_t d,
+                int device, cudaStream_t stream) {
+  constexpr int P = kernels::Pack<T>::size;
+  // d % P == 0 keeps the up half (at x + d) aligned like the gate half.
+  const bool packed = kernels::packs_fit(x, d, x_stride, sizeof(T)) &&
+                      kernels::packs_fit(out, d, out_stride, sizeof(T));
+  const int64_t per_row = packed ? d / P : d;
+  const kernels::PointwisePlan plan = kernels::pointwise_plan(rows * per_row, device);
+  const FastDivmod divmod(static_cast<uint32_t>(per_row));
+  kernels::for_row_chunks(rows, per_row, [&](int64_t r0, int64_t n) {
+    const uint32_t work = static_cast<uint32_t>(n * per_row);
+    const unsigned blocks = kernels::pointwise_blocks(work, plan);
+    T* o = out + r0 * out_stride;
+    const T* i = x + r0 * x_stride;
+    if (packed)
+      gated_packs_kernel<T, Act><<<blocks, plan.threads, 0, stream>>>(
+          o, out_stride, i, x_stride, d, divmod, work, plan.unroll);
+    else
+      gated_scalar_kernel<T, Act><<<blocks, plan.threads, 0, stream>>>(
+          o, out_stride, i, x_stride, d, divmod, work, plan.unroll);
+  });
+}
+
+// out: [..., d]; x: [..., 2d], same leading shape and dtype; last dims contiguous; the leading
+// dims of each must collapse to one row stride (the Python op routes other layouts to torch).
+template <typename Act>
+void gated(const char* op, tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
+  // 1. Validate.
+  kernels::check_same_dtype(op, "out", out, "x", x);
+  kernels::check_device(op, "x", x, kDLCUDA);
+  kernels::check_same_device(op, "out", out, "x", x);
+  TVM_FFI_CHECK(x.ndim() >= 1 && out.ndim() == x.ndim(), ValueError)
+      << op << ": x " << kernels::shape_string(x) << " and out " << kernels::shape_string(out)
+      << " must have the same number of dims (at least 1)";
+  const int nd = x.ndim();
+  bool shape_ok = x.size(nd - 1) == 2 * out.size(nd - 1);
+  for (int i = 0; i + 1 < nd; ++i) shape_ok = shape_ok && x.size(i) == out.size(i);
+  TVM_FFI_CHECK(shape_ok, ValueError)
+      << op << ": out " << kernels::shape_string(out) << " must be x "
+      << kernels::shape_string(x) << " with the last dim halved";
+  const kernels::RowView xv = kernels::row_view(x), ov = kernels::row_view(out);
+  TVM_FFI_CHECK(xv.ok && ov.ok, ValueError)
+      << op << ": x and out need a contiguous last dim and leading dims with one row stride";
+  const int64_t d = ov.cols;
+  if (xv.rows == 0 || d == 0) return;
+  // 2. Device guard, 3. the caller's stream.
+  kernels::DeviceGuard guard(x);
+  cudaStream_t stream = kernels::current_stream(x);
+  // 4. Dispatch on dtype and launch.
+  KERNELS_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
+    gated_rows<T, Act>(reinterpret_cast<T*>(kernels::data_at(out)), ov.stride,
+                       reinterpret_cast<const T*>(kernels::data_at(x)), xv.stride, xv.rows, d,
+                       x.device().device_id, stream);
+  });
+  kernels::check_launch(op);
+}
+
+}  // namespace activation_detail
+
+inline void silu_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
+  activation_detail::gated<kernels::math::Silu>("activation.silu_and_mul", out, x);
+}
+
+inline void gelu_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
+  activation_detail::gated<kernels::math::GeluErf>("activation.gelu_and_mul", out, x);
+}
+
+inline void gelu_tanh_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
+  activation_detail::gated<kernels::math::GeluTanh>("activation.gelu_tanh_and_mul", out, x);
+}
+
+// out: same shape and dtype as x; may alias x (in place).
+inline void relu2(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
+  constexpr const char* kOp = "activation.relu2";
+  // 1. Validate.
+  kernels::check_same_shape(kOp, "out", out, "x", x);
+  kernels::check_same_dtype(kOp, "out", out, "x", x);
+  kernels::check_device(kOp, "x", x, kDLCUDA);
+  kernels::check_same_device(kOp, "out", out, "x", x);
+  const kernels::RowView xv = kernels::row_view(x), ov = kernels::row_view(out);
+  TVM_FFI_CHECK(xv.ok && ov.ok, ValueError)
+      << kOp << ": x and out need a contiguous last dim and leading dims with one row stride";
+  if (x.numel() == 0) return;
+  // 2. Device guard, 3. the caller's stream.
+  kernels::DeviceGuard guard(x);
+  cudaStream_t stream = kernels::current_stream(x);
+  // 4. Dispatch on dtype and launch.
+  const bool contiguous = x.IsContiguous() && out.IsContiguous();
+  KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
+    kernels::unary_rows<T, T>(reinterpret_cast<T*>(kernels::data_at(out)), ov.stride,
+                              reinterpret_cast<const T*>(kernels::data_at(x)), xv.stride, xv.rows,
+                              xv.cols, contiguous, kernels::math::Relu2{}, x.device().device_id,
+                              stream);
+  });
+  kernels::check_launch(kOp);
+}
