@@ -3,7 +3,7 @@
 # Results (logs, JSON, markdown, plots) are packed into $OUT/results.tar.gz.
 #
 #   TESTS="tests/elementwise" BENCH="elementwise" [QUICK=1] [SANITIZE="tests/x.py::t"] \
-#     shared/bench/gpu_session.sh
+#     [BENCH_TIMEOUT=seconds] [KERNELS_COMMIT=abc1234] shared/bench/gpu_session.sh
 #
 # Carried wheels (apache-tvm-ffi, liger-kernel for cp312) in .whl/ are installed first.
 set -uo pipefail
@@ -42,7 +42,9 @@ if [ -n "${BENCH:-}" ]; then
   args=()
   for g in $BENCH; do args+=(--group "$g"); done
   [ -n "${QUICK:-}" ] && args+=(--quick)
-  python3 -m shared.bench.run "${args[@]}" --out "$RESULTS/benchmarks" 2>&1 \
+  # BENCH_TIMEOUT (s) stops the sweep early; the groups already finished keep their results.
+  timeout --signal=INT "${BENCH_TIMEOUT:-0}" \
+    python3 -m shared.bench.run "${args[@]}" --out "$RESULTS/benchmarks" 2>&1 \
     | tee "$RESULTS/bench.log" | grep -v "━" | tail -150
   status=$((status | PIPESTATUS[0]))
 fi

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ import torch
 
 L2_BYTES = 60 * 2**20  # H200; read at run time where torch exposes it
 MAX_SETS = 64
-REPLAYS = 15
+REPLAYS = 10
 WARMUP_CALLS = 3
 
 
@@ -155,6 +156,28 @@ def run_case(case: Case, copy: float, on_impl: Callable[[str], None] | None = No
     del sets
     torch.cuda.empty_cache()
     return records
+
+
+def host_cost_us(fns: dict[str, Callable[[], Any]], calls: int = 5000, rounds: int = 15) -> dict:
+    """Host microseconds per call of each function (tiny inputs, so the enqueue is the cost).
+
+    The functions are timed in interleaved rounds and each keeps its fastest round, so drift on a
+    shared host (the H200's host varied 0.7-2.4 us between runs when timed one after the other)
+    hits every function alike.
+    """
+    best = dict.fromkeys(fns, float("inf"))
+    for fn in fns.values():
+        for _ in range(500):
+            fn()
+    torch.cuda.synchronize()
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - start) / calls * 1e6)
+            torch.cuda.synchronize()
+    return {name: round(us, 3) for name, us in best.items()}
 
 
 def count_cases(cases: Iterable[Case]) -> int:

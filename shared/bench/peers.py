@@ -16,7 +16,17 @@ def has(module: str) -> bool:
         return False
 
 
+COMPILE_NOTE = (
+    "torch_compile is torch.compile(reference) with default options: the first shape compiles "
+    "static, later shapes reuse one automatic-dynamic graph (as an engine compiling once would)"
+)
+
+
 @functools.cache
 def compiled(reference: Callable) -> Callable:
-    """``torch.compile`` of a reference (default mode: we capture the CUDA graph ourselves)."""
-    return torch.compile(reference, dynamic=False)
+    """``torch.compile`` of a reference with default options (we capture the CUDA graph).
+
+    Default, not ``dynamic=False``: a static graph per shape costs ~2 s of compilation per shape
+    on the H200's host, which a full sweep (270 shapes) cannot afford inside one device lease.
+    """
+    return torch.compile(reference)

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 
 import torch
@@ -26,7 +25,7 @@ from kernels_elementwise import (
     sigmoid_mul,
     softcap,
 )
-from shared.bench.harness import Case
+from shared.bench.harness import Case, host_cost_us
 from shared.bench.peers import compiled
 
 TOKENS = (1, 16, 128, 1024, 8192, 32768)
@@ -228,38 +227,23 @@ def _timed_load(cache: str, jobs: int) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def host_cost_us(calls: int = 20000) -> dict:
-    """Microseconds per call of the public op and of the raw tvm-ffi function (tiny input, so
-    the host enqueue is the cost)."""
+def add_constant_host_cost() -> dict:
+    """Host cost per call of the public op against the raw tvm-ffi function (budget: 1 us)."""
     from kernels_elementwise.add_constant import ADD_CONSTANT_CUDA
     from kernels_jit import load_module
 
     raw = load_module(ADD_CONSTANT_CUDA).add_constant
     x = torch.randn(1024, device="cuda")
     out = torch.empty_like(x)
-
-    def per_call(fn) -> float:
-        for _ in range(1000):
-            fn()
-        torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(5):
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            best = min(best, (time.perf_counter() - start) / calls * 1e6)
-            torch.cuda.synchronize()
-        return best
-
-    public = per_call(lambda: add_constant(x, 1.5, out=out))
-    raw_us = per_call(lambda: raw(out, x, 1.5))
-    eager = per_call(lambda: torch.add(x, 1.5, out=out))
-    return {
-        "public_op_us": round(public, 3),
-        "raw_tvm_ffi_us": round(raw_us, 3),
-        "overhead_us": round(public - raw_us, 3),
-        "torch_eager_add_us": round(eager, 3),
-    }
+    us = host_cost_us(
+        {
+            "public_op_us": lambda: add_constant(x, 1.5, out=out),
+            "raw_tvm_ffi_us": lambda: raw(out, x, 1.5),
+            "torch_eager_add_us": lambda: torch.add(x, 1.5, out=out),
+        }
+    )
+    us["overhead_us"] = round(us["public_op_us"] - us["raw_tvm_ffi_us"], 3)
+    return us
 
 
 def extra() -> dict:
@@ -273,7 +257,7 @@ def extra() -> dict:
             "warm_load_ms": round(warm * 1e3, 2),
             "build_jobs": 1,
         },
-        "host_cost": host_cost_us(),
+        "host_cost": add_constant_host_cost(),
     }
     print(json.dumps(result))
     return result

@@ -9,7 +9,6 @@ shapes (1-64 tokens) are latency-bound: ~1-2 us per kernel under CUDA graphs.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import torch
@@ -23,7 +22,7 @@ from kernels_layernorm import (
     reference,
     rmsnorm,
 )
-from shared.bench.harness import Case
+from shared.bench.harness import Case, host_cost_us
 from shared.bench.peers import compiled, has
 
 TOKENS = (1, 16, 128, 1024, 8192, 32768)
@@ -204,9 +203,9 @@ def cases(quick: bool) -> Iterator[Case]:
     yield from layernorm_cases(quick)
 
 
-def host_cost_us(calls: int = 20000) -> dict:
-    """Microseconds per call (host side, tiny input) of the public ops and of the raw compiled
-    functions; the difference is the Python of validation and dispatch (budget: 1 us)."""
+def rmsnorm_host_cost() -> dict:
+    """Host cost per call (tiny input) of the public ops and of the raw compiled functions; the
+    difference is the Python of validation and dispatch (budget: 1 us)."""
     from kernels_jit import load_module
     from kernels_layernorm.rms_norm import RMSNORM_CUDA
 
@@ -215,31 +214,18 @@ def host_cost_us(calls: int = 20000) -> dict:
     r = torch.randn_like(x)
     w = _weight(4096)
     out = torch.empty_like(x)
-
-    def per_call(fn) -> float:
-        for _ in range(1000):
-            fn()
-        torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(5):
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            best = min(best, (time.perf_counter() - start) / calls * 1e6)
-            torch.cuda.synchronize()
-        return best
-
-    result = {
-        "rmsnorm_public_us": per_call(lambda: rmsnorm(x, w, out=out)),
-        "rmsnorm_raw_us": per_call(lambda: raw.rmsnorm(out, x, w, EPS, -1)),
-        "fused_add_rmsnorm_public_us": per_call(lambda: fused_add_rmsnorm(x, r, w)),
-        "fused_add_rmsnorm_raw_us": per_call(lambda: raw.fused_add_rmsnorm(x, r, w, EPS, -1)),
-        "torch_rms_norm_us": per_call(lambda: torch.nn.functional.rms_norm(x, (4096,), w, EPS)),
-    }
-    result = {k: round(v, 3) for k, v in result.items()}
+    result = host_cost_us(
+        {
+            "rmsnorm_public_us": lambda: rmsnorm(x, w, out=out),
+            "rmsnorm_raw_us": lambda: raw.rmsnorm(out, x, w, EPS, -1),
+            "fused_add_rmsnorm_public_us": lambda: fused_add_rmsnorm(x, r, w),
+            "fused_add_rmsnorm_raw_us": lambda: raw.fused_add_rmsnorm(x, r, w, EPS, -1),
+            "torch_rms_norm_us": lambda: torch.nn.functional.rms_norm(x, (4096,), w, EPS),
+        }
+    )
     result["rmsnorm_overhead_us"] = round(result["rmsnorm_public_us"] - result["rmsnorm_raw_us"], 3)
     return result
 
 
 def extra() -> dict:
-    return {"host_cost": host_cost_us()}
+    return {"host_cost": rmsnorm_host_cost()}
