@@ -118,7 +118,7 @@ def _gated(op: Op, x: torch.Tensor, out: torch.Tensor | None, backend: str | Non
         out = torch.empty((*shape[:-1], shape[-1] // 2), dtype=x.dtype, device=x.device)
     elif type(out) is not torch.Tensor:
         check_out(op.spec.id, out, like=x)  # raises: not a tensor
-    op(out, x, backend=backend)
+    op.run(out, x, backend=backend)
     return out
 
 
@@ -173,7 +173,7 @@ def relu2(
         out = torch.empty_like(input, memory_format=torch.contiguous_format)
     elif type(out) is not torch.Tensor:
         check_out("activation.relu2", out, like=input)  # raises: not a tensor
-    RELU2(out, input, backend=backend)
+    RELU2.run(out, input, backend=backend)
     return out
 
 

@@ -56,7 +56,7 @@ def concat_mla_k(
             f"{OP_ID}: k's last dim {width} must be Dn + Dr = {k_nope.shape[2]} + {k_rope.shape[2]}"
         )
     if k.numel():
-        CONCAT_MLA_K(k, k_nope, k_rope, backend=backend)
+        CONCAT_MLA_K.run(k, k_nope, k_rope, backend=backend)
 
 
 def samples(device: torch.device) -> list[tuple[tuple, dict]]:

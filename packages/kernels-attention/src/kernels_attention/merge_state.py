@@ -81,7 +81,7 @@ def merge_state(
     else:
         check_out(OP_ID, out_lse, like=s_a, arg="out_lse")
     if out_lse.numel():
-        MERGE_STATE(out, out_lse, v_a, s_a, v_b, s_b, backend=backend)
+        MERGE_STATE.run(out, out_lse, v_a, s_a, v_b, s_b, backend=backend)
     return out, out_lse
 
 

@@ -121,7 +121,7 @@ def rope_inplace(
             f"got {width}"
         )
     if tokens:
-        ROPE_INPLACE(q3, k3, cos_sin_cache, positions, bool(is_neox), backend=backend)
+        ROPE_INPLACE.run(q3, k3, cos_sin_cache, positions, bool(is_neox), backend=backend)
 
 
 def samples(device: torch.device) -> list[tuple[tuple, dict]]:

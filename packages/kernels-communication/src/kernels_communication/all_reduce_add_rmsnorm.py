@@ -60,7 +60,7 @@ def all_reduce_add_rmsnorm(
         raise TypeError(f"{OP_ID}: eps must be a float, got {type(eps).__name__}")
     comm = check_comm(OP_ID, comm, x)
     if x.numel():
-        ALL_REDUCE_ADD_RMSNORM(x, residual, weight, float(eps), comm.handle, backend=backend)
+        ALL_REDUCE_ADD_RMSNORM.run(x, residual, weight, float(eps), comm.handle, backend=backend)
 
 
 def samples(device: torch.device) -> list[tuple[tuple, dict]]:

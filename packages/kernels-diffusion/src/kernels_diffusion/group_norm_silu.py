@@ -65,7 +65,9 @@ def group_norm_silu(
     eps = check_float(OP_ID, "eps", eps)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel():
-        GROUP_NORM_SILU(out, x, num_groups, weight, bias, eps, bool(channels_last), backend=backend)
+        GROUP_NORM_SILU.run(
+            out, x, num_groups, weight, bias, eps, bool(channels_last), backend=backend
+        )
     return out
 
 

@@ -60,7 +60,7 @@ def layernorm_scale_shift(
     eps = check_float(OP_ID, "eps", eps)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if x.numel():
-        LAYERNORM_SCALE_SHIFT(out, x, scale, shift, weight, bias, eps, backend=backend)
+        LAYERNORM_SCALE_SHIFT.run(out, x, scale, shift, weight, bias, eps, backend=backend)
     return out
 
 

@@ -50,7 +50,7 @@ def residual_gate_add(
     else:
         check_out(OP_ID, out, like=r)
     if r.numel():
-        RESIDUAL_GATE_ADD(out, r, x, gate, backend=backend)
+        RESIDUAL_GATE_ADD.run(out, r, x, gate, backend=backend)
     return out
 
 

@@ -78,7 +78,7 @@ def timestep_embedding(
         raise TypeError(f"{OP_ID}: out_dtype must be float32, float16 or bfloat16, got {out_dtype}")
     out = torch.empty(t.shape[0], dim, dtype=out_dtype, device=t.device)
     if out.numel():
-        TIMESTEP_EMBEDDING(
+        TIMESTEP_EMBEDDING.run(
             out, t, dim, bool(flip_sin_to_cos), shift, scale, max_period, backend=backend
         )
     return out

@@ -31,6 +31,7 @@ ADD_CONSTANT_CPU = ModuleSpec(
 )
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
+_TENSOR, _INT32 = torch.Tensor, torch.int32  # module globals: the hot path skips two lookups
 
 
 _add_constant_cuda = ADD_CONSTANT_CUDA.function("add_constant")
@@ -68,9 +69,9 @@ def add_constant(
     out : optional destination, same shape, dtype and device as ``x``; may alias ``x`` (in place).
     backend : force ``cuda``, ``cpu`` or ``torch`` instead of the best eligible one.
     """
-    if type(x) is not torch.Tensor or x.dtype not in DTYPES:
+    if type(x) is not _TENSOR or x.dtype not in DTYPES:
         check_tensor("elementwise.add_constant", "x", x, dtypes=DTYPES)  # raises, naming why
-    if x.dtype is torch.int32 and constant != int(constant):
+    if x.dtype is _INT32 and constant != int(constant):
         raise ValueError(
             f"elementwise.add_constant: constant {constant!r} is not an integer but x is int32"
         )
@@ -79,7 +80,7 @@ def add_constant(
     # The shape, dtype and device of ``out`` are checked by the backend that runs, before it
     # writes: in C++ by the compiled kernels, by check_out in the torch backend. Checking them
     # here too would double the host cost of the hot path (~2 us per call on the H200's host).
-    ADD_CONSTANT(out, x, float(constant), backend=backend)
+    ADD_CONSTANT.run(out, x, float(constant), backend=backend)
     return out
 
 

@@ -141,7 +141,7 @@ def fused_dual_residual_rmsnorm(
     for arg, t in (("residual", residual), ("weight1", weight1), ("weight2", weight2)):
         if type(t) is not torch.Tensor:
             check_tensor(name, arg, t)  # raises: not a tensor
-    FUSED_DUAL_RESIDUAL_RMSNORM(out, mid, x, residual, weight1, weight2, eps, backend=backend)
+    FUSED_DUAL_RESIDUAL_RMSNORM.run(out, mid, x, residual, weight1, weight2, eps, backend=backend)
     return out, mid
 
 

@@ -127,7 +127,7 @@ def gate_sigmoid_mul_add(
         out = torch.empty(shared.shape, dtype=h.dtype, device=h.device)
     elif type(out) is not torch.Tensor:
         check_out(name, out, like=shared)  # raises: not a tensor
-    GATE_SIGMOID_MUL_ADD(out, h, w, shared, routed, backend=backend)
+    GATE_SIGMOID_MUL_ADD.run(out, h, w, shared, routed, backend=backend)
     return out
 
 

@@ -95,7 +95,7 @@ def sigmoid_mul(
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
     elif type(out) is not torch.Tensor:
         check_out("elementwise.sigmoid_mul", out, like=x)  # raises: not a tensor
-    SIGMOID_MUL(out, x, gate, backend=backend)
+    SIGMOID_MUL.run(out, x, gate, backend=backend)
     return out
 
 

@@ -90,7 +90,7 @@ def softcap(
             f"elementwise.softcap: out must have dtype {str(out_dtype).removeprefix('torch.')}, "
             f"got {str(out.dtype).removeprefix('torch.')}"
         )
-    SOFTCAP(out, x, cap, backend=backend)
+    SOFTCAP.run(out, x, cap, backend=backend)
     return out
 
 

@@ -79,7 +79,7 @@ def scatter_embeddings(
                 f"got {mask.shape[0]}"
             )
     if rows and embeds.numel():
-        SCATTER_EMBEDDINGS(embeds, mm_embeds, positions, mask, backend=backend)
+        SCATTER_EMBEDDINGS.run(embeds, mm_embeds, positions, mask, backend=backend)
 
 
 def samples(device: torch.device) -> list[tuple[tuple, dict]]:

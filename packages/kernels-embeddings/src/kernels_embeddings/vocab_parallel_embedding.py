@@ -94,7 +94,7 @@ def vocab_parallel_embedding(
         )
     out = torch.empty(*ids.shape, weight.shape[1], dtype=weight.dtype, device=weight.device)
     if out.numel():
-        VOCAB_PARALLEL_EMBEDDING(
+        VOCAB_PARALLEL_EMBEDDING.run(
             out,
             ids,
             weight,

@@ -56,7 +56,7 @@ def dsv3_router_gemm(
     else:
         check_out(OP_ID, out, like=x, shape=shape, dtype=out_dtype)
     if out.numel():
-        DSV3_ROUTER_GEMM(out, x, w, backend=backend)
+        DSV3_ROUTER_GEMM.run(out, x, w, backend=backend)
     return out
 
 

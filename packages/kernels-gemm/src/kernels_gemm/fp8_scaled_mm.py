@@ -92,7 +92,7 @@ def fp8_scaled_mm(
     check_same_device(OP_ID, **tensors)
     out = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if out.numel():
-        FP8_SCALED_MM(out, a, b, scale_a, scale_b, bias, backend=backend)
+        FP8_SCALED_MM.run(out, a, b, scale_a, scale_b, bias, backend=backend)
     return out
 
 

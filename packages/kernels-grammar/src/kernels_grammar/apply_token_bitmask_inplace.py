@@ -84,7 +84,7 @@ def apply_token_bitmask_inplace(
     else:
         rows = logits.shape[0] if indices is None else indices.shape[0]
     if rows and vocab_size:
-        APPLY_TOKEN_BITMASK_INPLACE(logits, bitmask, indices, vocab_size, backend=backend)
+        APPLY_TOKEN_BITMASK_INPLACE.run(logits, bitmask, indices, vocab_size, backend=backend)
 
 
 def samples(device: torch.device) -> list[tuple[tuple, dict]]:

@@ -81,7 +81,7 @@ def kv_canary_verify(
         raise TypeError(f"{OP_ID}: skip_slot must be an int, got {type(skip_slot).__name__}")
     fail_bits = torch.zeros(slots.shape[0], dtype=torch.int32, device=device)
     if slots.shape[0]:
-        KV_CANARY_VERIFY(
+        KV_CANARY_VERIFY.run(
             fail_bits,
             canary,
             [s.cache for s in sources],

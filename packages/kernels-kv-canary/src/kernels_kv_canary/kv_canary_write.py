@@ -95,7 +95,7 @@ def kv_canary_write(
     check_entries(OP_ID, req_indptr.shape[0] - 1, device, seed_slots=seed_slots)
     check_same_device(OP_ID, canary=canary, slots=slots)
     if slots.shape[0] and req_indptr.shape[0] > 1:
-        KV_CANARY_WRITE(
+        KV_CANARY_WRITE.run(
             canary,
             [s.cache for s in sources],
             [s.page_size for s in sources],

@@ -107,7 +107,7 @@ def reshape_and_cache_flash(
     check_scale(OP_ID, "k_scale", k_scale, key)
     check_scale(OP_ID, "v_scale", v_scale, key)
     if n:
-        RESHAPE_AND_CACHE_FLASH(
+        RESHAPE_AND_CACHE_FLASH.run(
             key_cache,
             value_cache,
             key,

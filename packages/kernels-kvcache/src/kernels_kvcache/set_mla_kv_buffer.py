@@ -83,7 +83,7 @@ def set_mla_kv_buffer(
     check_slots(OP_ID, "loc", loc, n, k_nope)
     check_scale(OP_ID, "scale", scale, k_nope)
     if n:
-        SET_MLA_KV_BUFFER(kv_buffer, loc, k_nope, k_rope, scale, backend=backend)
+        SET_MLA_KV_BUFFER.run(kv_buffer, loc, k_nope, k_rope, scale, backend=backend)
 
 
 def samples(device: torch.device) -> list[tuple[tuple, dict]]:

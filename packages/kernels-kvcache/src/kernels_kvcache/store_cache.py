@@ -95,7 +95,9 @@ def store_cache(
             f"{OP_ID}: skip_index must be a Python int, got {type(skip_index).__name__}"
         )
     if n:
-        STORE_CACHE(k_cache, v_cache, k, v, indices, k_scale, v_scale, skip_index, backend=backend)
+        STORE_CACHE.run(
+            k_cache, v_cache, k, v, indices, k_scale, v_scale, skip_index, backend=backend
+        )
 
 
 def samples(device: torch.device) -> list[tuple[tuple, dict]]:

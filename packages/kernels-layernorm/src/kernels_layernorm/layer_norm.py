@@ -75,7 +75,7 @@ def layernorm(
     pdl = -1 if enable_pdl is None else checks.pdl(_OP, enable_pdl)
     if out is None:
         out = torch.empty_like(input, memory_format=torch.contiguous_format)
-    LAYERNORM(out, input, weight, bias, eps, pdl, backend=backend)
+    LAYERNORM.run(out, input, weight, bias, eps, pdl, backend=backend)
     return out
 
 

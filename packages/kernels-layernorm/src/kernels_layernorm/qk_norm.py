@@ -84,7 +84,7 @@ def qk_rmsnorm(
     if not checks.compiled_checks(backend, q) or type(k) is not torch.Tensor:
         _check(q, k, q_weight, k_weight)
     pdl = -1 if enable_pdl is None else checks.pdl(_OP, enable_pdl)
-    QK_RMSNORM(q, k, q_weight, k_weight, eps, pdl, backend=backend)
+    QK_RMSNORM.run(q, k, q_weight, k_weight, eps, pdl, backend=backend)
 
 
 def qk_rmsnorm_samples(device: torch.device) -> list[tuple[tuple, dict]]:

@@ -107,7 +107,7 @@ def _normalize(
     pdl = -1 if enable_pdl is None else checks.pdl(op.spec.id, enable_pdl)
     if out is None:
         out = torch.empty_like(input, memory_format=torch.contiguous_format)
-    op(out, input, weight, eps, pdl, backend=backend)
+    op.run(out, input, weight, eps, pdl, backend=backend)
     return out
 
 
@@ -129,7 +129,7 @@ def _fused_add(
         checks.like(name, "residual", residual, input)
         checks.param(name, "weight", weight, input.shape[-1], ref=input, ref_name="input")
     pdl = -1 if enable_pdl is None else checks.pdl(op.spec.id, enable_pdl)
-    op(input, residual, weight, eps, pdl, backend=backend)
+    op.run(input, residual, weight, eps, pdl, backend=backend)
 
 
 def rmsnorm(

@@ -97,7 +97,7 @@ def lplb_dispatch(
     phys_ids = torch.empty(topk_ids.shape, dtype=torch.int32, device=topk_ids.device)
     log2phy_prob = torch.empty(experts, max_copies, dtype=torch.float32, device=topk_ids.device)
     if experts:
-        LPLB_DISPATCH(
+        LPLB_DISPATCH.run(
             phys_ids,
             log2phy_prob,
             topk_ids,

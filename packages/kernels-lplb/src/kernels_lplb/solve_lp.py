@@ -68,7 +68,7 @@ def solve_lp(
     x = torch.empty(problems, cols, dtype=torch.float32, device=A.device)
     status = torch.empty(problems, dtype=torch.int32, device=A.device)
     if problems:
-        SOLVE_LP(x, status, A, b, c, max_iters, float(tol), backend=backend)
+        SOLVE_LP.run(x, status, A, b, c, max_iters, float(tol), backend=backend)
     return x, status
 
 

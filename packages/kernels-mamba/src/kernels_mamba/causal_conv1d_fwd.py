@@ -107,7 +107,7 @@ def causal_conv1d_fwd(
     check_activation(OP_ID, activation)
     check_int(OP_ID, "pad_slot_id", pad_slot_id)
     if batch and x.numel():
-        CAUSAL_CONV1D_FWD(
+        CAUSAL_CONV1D_FWD.run(
             x,
             weight,
             bias,

@@ -84,7 +84,7 @@ def causal_conv1d_update(
     check_activation(OP_ID, activation)
     check_int(OP_ID, "pad_slot_id", pad_slot_id)
     if x.numel():
-        CAUSAL_CONV1D_UPDATE(
+        CAUSAL_CONV1D_UPDATE.run(
             x,
             conv_state,
             weight,

@@ -121,7 +121,7 @@ def selective_state_update(
     else:
         check_out(OP_ID, out, like=x)
     if x.numel():
-        SELECTIVE_STATE_UPDATE(
+        SELECTIVE_STATE_UPDATE.run(
             out,
             state,
             x,

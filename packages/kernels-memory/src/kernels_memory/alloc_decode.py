@@ -55,7 +55,7 @@ def alloc_decode(
     check_page_size(OP_ID, page_size)
     out = torch.empty(seq_lens.shape[0], dtype=torch.int64, device=device)
     if out.numel():
-        ALLOC_DECODE(out, seq_lens, last_loc, free_pages, page_size, backend=backend)
+        ALLOC_DECODE.run(out, seq_lens, last_loc, free_pages, page_size, backend=backend)
     return out
 
 

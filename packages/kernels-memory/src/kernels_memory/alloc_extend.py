@@ -78,7 +78,9 @@ def alloc_extend(
         raise ValueError(f"{OP_ID}: extend_num_tokens must be >= 0, got {extend_num_tokens}")
     out = torch.empty(extend_num_tokens, dtype=torch.int64, device=device)
     if batch:
-        ALLOC_EXTEND(out, prefix_lens, seq_lens, last_loc, free_pages, page_size, backend=backend)
+        ALLOC_EXTEND.run(
+            out, prefix_lens, seq_lens, last_loc, free_pages, page_size, backend=backend
+        )
     return out
 
 

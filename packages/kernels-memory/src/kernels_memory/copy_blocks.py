@@ -64,7 +64,7 @@ def copy_blocks(
                 )
             blocks = cache.shape[0]
     if keys and block_mapping.shape[0]:
-        COPY_BLOCKS(keys, values, block_mapping, backend=backend)
+        COPY_BLOCKS.run(keys, values, block_mapping, backend=backend)
 
 
 def samples(device: torch.device) -> list[tuple[tuple, dict]]:

@@ -49,7 +49,7 @@ def get_last_loc(
     check_index_vector(OP_ID, "prefix_lens", prefix_lens, req_pool_indices.shape[0], device)
     last = torch.empty_like(prefix_lens)
     if last.numel():
-        GET_LAST_LOC(last, req_to_token, req_pool_indices, prefix_lens, backend=backend)
+        GET_LAST_LOC.run(last, req_to_token, req_pool_indices, prefix_lens, backend=backend)
     return last
 
 

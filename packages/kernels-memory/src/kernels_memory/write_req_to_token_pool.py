@@ -70,7 +70,7 @@ def write_req_to_token_pool(
     for i, prefix in enumerate(prefix_list):
         check_index_vector(OP_ID, f"prefixes[{i}]", prefix, None, device)
     if batch:
-        WRITE_REQ_TO_TOKEN_POOL(
+        WRITE_REQ_TO_TOKEN_POOL.run(
             req_to_token,
             req_pool_indices,
             starts,

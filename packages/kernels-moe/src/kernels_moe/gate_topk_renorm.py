@@ -110,7 +110,7 @@ def gate_topk_renorm(
     weights = torch.empty((tokens, topk), dtype=torch.float32, device=logits.device)
     ids = torch.empty((tokens, topk), dtype=torch.int32, device=logits.device)
     if tokens:
-        GATE_TOPK_RENORM(
+        GATE_TOPK_RENORM.run(
             weights,
             ids,
             logits,

@@ -82,7 +82,7 @@ def moe_align_block_size(
     if n == 0:
         return sorted_token_ids, expert_ids, torch.zeros(1, dtype=torch.int32, device=device)
     num_tokens_post_padded = torch.empty(1, dtype=torch.int32, device=device)
-    MOE_ALIGN_BLOCK_SIZE(
+    MOE_ALIGN_BLOCK_SIZE.run(
         sorted_token_ids,
         expert_ids,
         num_tokens_post_padded,

@@ -61,7 +61,7 @@ def moe_sum_reduce(
     else:
         check_out(OP_ID, out, like=x, shape=(tokens, hidden))
     if out.numel():
-        MOE_SUM_REDUCE(out, x, topk_weights, routed_scaling_factor, backend=backend)
+        MOE_SUM_REDUCE.run(out, x, topk_weights, routed_scaling_factor, backend=backend)
     return out
 
 

@@ -92,7 +92,7 @@ def topk_softmax(
         tensors["correction_bias"] = correction_bias
     check_same_device(OP_ID, **tensors)
     if tokens and k:
-        TOPK_SOFTMAX(
+        TOPK_SOFTMAX.run(
             topk_weights,
             topk_ids,
             gating,

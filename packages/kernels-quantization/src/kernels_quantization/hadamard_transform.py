@@ -52,7 +52,7 @@ def hadamard_transform(
         raise TypeError(f"{OP_ID}: scale must be a Python float, got {type(scale).__name__}")
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if out.numel():
-        HADAMARD_TRANSFORM(out, x, float(scale), backend=backend)
+        HADAMARD_TRANSFORM.run(out, x, float(scale), backend=backend)
     return out
 
 

@@ -55,13 +55,13 @@ def per_tensor_quant_fp8(
         check_out(OP_ID, out, like=x, dtype=reference.FP8_DTYPE)
     if scale is not None:
         if x.numel():
-            PER_TENSOR_QUANT_FP8(out, scale, x, True, backend=backend)
+            PER_TENSOR_QUANT_FP8.run(out, scale, x, True, backend=backend)
         return out, scale
     if not x.numel():
         floor = reference.DEFAULT_EPS / reference.FP8_MAX
         return out, torch.full((1,), floor, dtype=torch.float32, device=x.device)
     s = torch.empty(1, dtype=torch.float32, device=x.device)
-    PER_TENSOR_QUANT_FP8(out, s, x, False, backend=backend)
+    PER_TENSOR_QUANT_FP8.run(out, s, x, False, backend=backend)
     return out, s
 
 

@@ -180,7 +180,7 @@ def per_token_group_quant_8bit(
                 f"multiple of 4) when scale_tma_aligned=True, got strides {out_s.stride()}"
             )
     if out_q.numel():
-        PER_TOKEN_GROUP_QUANT_8BIT(
+        PER_TOKEN_GROUP_QUANT_8BIT.run(
             out_q,
             out_s,
             x,

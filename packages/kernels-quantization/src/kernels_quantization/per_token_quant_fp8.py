@@ -61,7 +61,7 @@ def per_token_quant_fp8(
         return out, s
     s = torch.empty((x.shape[0], 1), dtype=torch.float32, device=x.device)
     if x.shape[0]:
-        PER_TOKEN_QUANT_FP8(out, s, x, backend=backend)
+        PER_TOKEN_QUANT_FP8.run(out, s, x, backend=backend)
     return out, s
 
 

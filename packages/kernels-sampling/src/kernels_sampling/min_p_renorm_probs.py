@@ -35,7 +35,7 @@ def min_p_renorm_probs(
     arr, val = row_param(OP_ID, "min_p", min_p, probs.shape[0], probs.device, integral=False)
     out = torch.empty_like(probs, memory_format=torch.contiguous_format)
     if probs.numel():
-        MIN_P_RENORM_PROBS(out, probs, arr, float(val), backend=backend)
+        MIN_P_RENORM_PROBS.run(out, probs, arr, float(val), backend=backend)
     return out
 
 

@@ -74,7 +74,7 @@ def sampling_from_probs(
     samples = torch.empty(rows, dtype=out_dtype, device=probs.device)
     valid = torch.empty(rows, dtype=torch.bool, device=probs.device)
     if rows:
-        SAMPLING_FROM_PROBS(
+        SAMPLING_FROM_PROBS.run(
             samples, valid, probs, indices, seed_t, offset_t, deterministic, backend=backend
         )
     return (samples, valid) if return_valid else samples

@@ -35,7 +35,7 @@ def top_k_mask_logits(
     arr, val = row_param(OP_ID, "top_k", top_k, logits.shape[0], logits.device, integral=True)
     out = torch.empty_like(logits, memory_format=torch.contiguous_format)
     if logits.numel():
-        TOP_K_MASK_LOGITS(out, logits, arr, int(val), backend=backend)
+        TOP_K_MASK_LOGITS.run(out, logits, arr, int(val), backend=backend)
     return out
 
 

@@ -38,7 +38,7 @@ def top_k_renorm_probs(
     arr, val = row_param(OP_ID, "top_k", top_k, probs.shape[0], probs.device, integral=True)
     out = torch.empty_like(probs, memory_format=torch.contiguous_format)
     if probs.numel():
-        TOP_K_RENORM_PROBS(out, probs, arr, int(val), backend=backend)
+        TOP_K_RENORM_PROBS.run(out, probs, arr, int(val), backend=backend)
     return out
 
 

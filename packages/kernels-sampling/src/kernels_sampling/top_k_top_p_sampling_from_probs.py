@@ -94,7 +94,7 @@ def top_k_top_p_sampling_from_probs(
     samples = torch.empty(rows, dtype=out_dtype, device=probs.device)
     valid = torch.empty(rows, dtype=torch.bool, device=probs.device)
     if rows:
-        TOP_K_TOP_P_SAMPLING_FROM_PROBS(
+        TOP_K_TOP_P_SAMPLING_FROM_PROBS.run(
             samples,
             valid,
             probs,

@@ -35,7 +35,7 @@ def top_p_renorm_probs(
     arr, val = row_param(OP_ID, "top_p", top_p, probs.shape[0], probs.device, integral=False)
     out = torch.empty_like(probs, memory_format=torch.contiguous_format)
     if probs.numel():
-        TOP_P_RENORM_PROBS(out, probs, arr, float(val), backend=backend)
+        TOP_P_RENORM_PROBS.run(out, probs, arr, float(val), backend=backend)
     return out
 
 

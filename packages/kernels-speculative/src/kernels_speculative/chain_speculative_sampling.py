@@ -107,7 +107,7 @@ def chain_speculative_sampling(
     accepted_num = torch.empty(batch, dtype=torch.int32, device=device)
     emitted_num = torch.empty(batch, dtype=torch.int32, device=device)
     if batch:
-        CHAIN_SPECULATIVE_SAMPLING(
+        CHAIN_SPECULATIVE_SAMPLING.run(
             output_token_ids,
             accepted_num,
             emitted_num,

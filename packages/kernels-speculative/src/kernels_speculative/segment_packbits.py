@@ -79,7 +79,7 @@ def segment_packbits(
     else:
         check_tensor(OP_ID, "out", out, dtypes=(torch.uint8,), ndim=1, device=x.device)
     if input_indptr.shape[0] > 1 and out.shape[0]:
-        SEGMENT_PACKBITS(out, x, input_indptr, output_indptr, bitorder, backend=backend)
+        SEGMENT_PACKBITS.run(out, x, input_indptr, output_indptr, bitorder, backend=backend)
     return out, output_indptr
 
 

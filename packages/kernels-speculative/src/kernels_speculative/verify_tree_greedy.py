@@ -117,7 +117,7 @@ def verify_tree_greedy(
         target_predict=target_predict,
     )
     if batch:
-        VERIFY_TREE_GREEDY(
+        VERIFY_TREE_GREEDY.run(
             predicts,
             accept_index,
             accept_token_num,
