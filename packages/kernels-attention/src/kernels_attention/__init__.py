@@ -8,30 +8,14 @@ first attribute access::
 """
 
 from kernels_attention.version import __version__
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
 
 _FLOATS = ("float32", "float16", "bfloat16")
 
 
 def _op(name: str, description: str, dtypes: tuple[str, ...] = _FLOATS) -> OpSpec:
-    """An op of this group whose only backend, for now, is the pure-torch reference."""
-    module = f"kernels_attention.{name}"
-    return OpSpec(
-        group="attention",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
-        dtypes=dtypes,
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="pure-torch reference",
-            ),
-        ),
-    )
+    """An op of this group; for now its only backend is the pure-torch reference."""
+    return reference_op("attention", name, description, dtypes=dtypes)
 
 
 OPS = register_group(

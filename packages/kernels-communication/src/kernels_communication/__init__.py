@@ -10,29 +10,19 @@ Importing this package registers metadata only (no torch, no compilation); each 
 """
 
 from kernels_communication.version import __version__
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
 
 _FLOATS = ("float32", "float16", "bfloat16")
 
 
 def _op(name: str, description: str) -> OpSpec:
-    """An op of this group whose module is named after it; torch reference backend only."""
-    module = f"kernels_communication.{name}"
-    return OpSpec(
-        group="communication",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
+    """An op of this group; for now its only backend is the pure-torch reference."""
+    return reference_op(
+        "communication",
+        name,
+        description,
         dtypes=_FLOATS,
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="torch.distributed.all_reduce in fp32 (identity without a group)",
-            ),
-        ),
+        reference="torch.distributed.all_reduce in fp32 (identity without a group)",
     )
 
 

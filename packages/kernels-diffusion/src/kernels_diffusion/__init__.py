@@ -9,29 +9,19 @@ first attribute access::
 """
 
 from kernels_diffusion.version import __version__
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
 
 _FLOATS = ("float32", "float16", "bfloat16")
 
 
 def _op(name: str, description: str) -> OpSpec:
-    """An op of this group whose module is named after it; torch reference backend only."""
-    module = f"kernels_diffusion.{name}"
-    return OpSpec(
-        group="diffusion",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
+    """An op of this group; for now its only backend is the pure-torch reference."""
+    return reference_op(
+        "diffusion",
+        name,
+        description,
         dtypes=_FLOATS,
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="pure-torch reference (fp32 math, rounded once)",
-            ),
-        ),
+        reference="pure-torch reference (fp32 math, rounded once)",
     )
 
 

@@ -8,29 +8,19 @@ first attribute access::
 """
 
 from kernels_embeddings.version import __version__
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
 
 _FLOATS = ("float32", "float16", "bfloat16")
 
 
 def _op(name: str, description: str) -> OpSpec:
-    """An op of this group whose module is named after it; torch reference backend only."""
-    module = f"kernels_embeddings.{name}"
-    return OpSpec(
-        group="embeddings",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
+    """An op of this group; for now its only backend is the pure-torch reference."""
+    return reference_op(
+        "embeddings",
+        name,
+        description,
         dtypes=_FLOATS,
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="pure-torch reference (exact row copies)",
-            ),
-        ),
+        reference="pure-torch reference (exact row copies)",
     )
 
 

@@ -8,27 +8,17 @@ first attribute access::
 """
 
 from kernels_gemm.version import __version__
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
 
 
 def _op(name: str, description: str, dtypes: tuple[str, ...]) -> OpSpec:
-    """An op of this group whose only backend, for now, is the pure-torch reference."""
-    module = f"kernels_gemm.{name}"
-    return OpSpec(
-        group="gemm",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
+    """An op of this group; for now its only backend is the pure-torch reference."""
+    return reference_op(
+        "gemm",
+        name,
+        description,
         dtypes=dtypes,
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="pure-torch reference (fp32 accumulation)",
-            ),
-        ),
+        reference="pure-torch reference (fp32 accumulation)",
     )
 
 

@@ -99,6 +99,33 @@ class OpSpec:
         )
 
 
+def reference_op(
+    group: str,
+    name: str,
+    description: str,
+    *,
+    dtypes: tuple[str, ...] = (),
+    reference: str = "pure-torch reference",
+    backends: tuple[Backend, ...] = (),
+) -> OpSpec:
+    """An OpSpec following the op-file convention: the op lives in ``kernels_<group>.<name>``,
+    which defines the public ``<name>``, ``samples`` and the torch backend ``_<name>_torch``;
+    ``backends`` (fast ones, in priority order) come before that reference."""
+    module = f"kernels_{group}.{name}"
+    torch_backend = Backend(
+        "torch", f"{module}:_{name}_torch", devices=("cpu", "cuda"), description=reference
+    )
+    return OpSpec(
+        group=group,
+        name=name,
+        public=f"{module}:{name}",
+        backends=(*backends, torch_backend),
+        description=description,
+        samples=f"{module}:samples",
+        dtypes=dtypes,
+    )
+
+
 _REGISTRY: dict[str, OpSpec] = {}
 
 

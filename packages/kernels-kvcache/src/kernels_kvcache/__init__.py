@@ -7,31 +7,15 @@ first attribute access::
     kernels_kvcache.store_cache(k, v, k_cache, v_cache, out_cache_loc)  # in place
 """
 
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
 from kernels_kvcache.version import __version__
 
 _ROWS = ("float32", "float16", "bfloat16")
 
 
 def _op(name: str, description: str) -> OpSpec:
-    """An op of this group whose only backend, for now, is the pure-torch reference."""
-    module = f"kernels_kvcache.{name}"
-    return OpSpec(
-        group="kvcache",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
-        dtypes=_ROWS,
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="pure-torch reference",
-            ),
-        ),
-    )
+    """An op of this group; for now its only backend is the pure-torch reference."""
+    return reference_op("kvcache", name, description, dtypes=_ROWS)
 
 
 OPS = register_group(

@@ -8,28 +8,18 @@ first attribute access::
     x, status = kernels_lplb.solve_lp(A, b, c)          # P problems min c.x, Ax = b, x >= 0
 """
 
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
 from kernels_lplb.version import __version__
 
 
 def _op(name: str, description: str, dtypes: tuple[str, ...]) -> OpSpec:
-    """An op of this group whose module is named after it; torch reference backend only."""
-    module = f"kernels_lplb.{name}"
-    return OpSpec(
-        group="lplb",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
+    """An op of this group; for now its only backend is the pure-torch reference."""
+    return reference_op(
+        "lplb",
+        name,
+        description,
         dtypes=dtypes,
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="pure-torch reference (float64 interior point)",
-            ),
-        ),
+        reference="pure-torch reference (float64 interior point)",
     )
 
 

@@ -8,30 +8,20 @@ first attribute access::
     kernels_mamba.causal_conv1d_update(x, conv_state, weight, bias, "silu")  # x overwritten
 """
 
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
 from kernels_mamba.version import __version__
 
 _FLOATS = ("float32", "float16", "bfloat16")
 
 
 def _op(name: str, description: str) -> OpSpec:
-    """An op of this group whose module is named after it; torch reference backend only."""
-    module = f"kernels_mamba.{name}"
-    return OpSpec(
-        group="mamba",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
+    """An op of this group; for now its only backend is the pure-torch reference."""
+    return reference_op(
+        "mamba",
+        name,
+        description,
         dtypes=_FLOATS,
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="pure-torch reference (fp32 math, rounded once)",
-            ),
-        ),
+        reference="pure-torch reference (fp32 math, rounded once)",
     )
 
 

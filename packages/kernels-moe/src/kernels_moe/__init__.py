@@ -7,29 +7,13 @@ first attribute access::
     weights, ids = kernels_moe.gate_topk_renorm(logits, bias, 8, n_group=8, topk_group=4)
 """
 
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
 from kernels_moe.version import __version__
 
 
 def _op(name: str, description: str, dtypes: tuple[str, ...]) -> OpSpec:
-    """An op of this group whose only backend, for now, is the pure-torch reference."""
-    module = f"kernels_moe.{name}"
-    return OpSpec(
-        group="moe",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
-        dtypes=dtypes,
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="pure-torch reference",
-            ),
-        ),
-    )
+    """An op of this group; for now its only backend is the pure-torch reference."""
+    return reference_op("moe", name, description, dtypes=dtypes)
 
 
 _FLOATS = ("float32", "float16", "bfloat16")

@@ -7,31 +7,15 @@ first attribute access::
     q, s = kernels_quantization.per_token_group_quant_8bit(x, 128)
 """
 
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
 from kernels_quantization.version import __version__
 
 _ACTIVATIONS = ("float32", "float16", "bfloat16")
 
 
 def _op(name: str, description: str) -> OpSpec:
-    """An op of this group whose only backend, for now, is the pure-torch reference."""
-    module = f"kernels_quantization.{name}"
-    return OpSpec(
-        group="quantization",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
-        dtypes=_ACTIVATIONS,
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="pure-torch reference",
-            ),
-        ),
-    )
+    """An op of this group; for now its only backend is the pure-torch reference."""
+    return reference_op("quantization", name, description, dtypes=_ACTIVATIONS)
 
 
 OPS = register_group(

@@ -8,30 +8,20 @@ first attribute access::
     tokens = kernels_sampling.sampling_from_probs(probs, seed=1234, offset=step)
 """
 
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
 from kernels_sampling.version import __version__
 
 _PROBS = ("float32", "float16", "bfloat16")
 
 
 def _op(name: str, description: str) -> OpSpec:
-    """An op of this group whose module is named after it; torch reference backend only."""
-    module = f"kernels_sampling.{name}"
-    return OpSpec(
-        group="sampling",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
+    """An op of this group; for now its only backend is the pure-torch reference."""
+    return reference_op(
+        "sampling",
+        name,
+        description,
         dtypes=_PROBS,
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="pure-torch reference (fp32, sort based)",
-            ),
-        ),
+        reference="pure-torch reference (fp32, sort based)",
     )
 
 

@@ -10,29 +10,13 @@ first attribute access::
     )
 """
 
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
 from kernels_speculative.version import __version__
 
 
 def _op(name: str, description: str, dtypes: tuple[str, ...]) -> OpSpec:
-    """An op of this group whose module is named after it; torch reference backend only."""
-    module = f"kernels_speculative.{name}"
-    return OpSpec(
-        group="speculative",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
-        dtypes=dtypes,
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="pure-torch reference",
-            ),
-        ),
-    )
+    """An op of this group; for now its only backend is the pure-torch reference."""
+    return reference_op("speculative", name, description, dtypes=dtypes)
 
 
 OPS = register_group(
