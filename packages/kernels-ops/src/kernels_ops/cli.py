@@ -117,6 +117,8 @@ def cmd_check(args) -> int:
             )
             if outcome.ok and outcome.backend == "torch":
                 result = "[green]ok[/green] (reference only)"
+            elif outcome.ok and outcome.cases == 0:
+                result = "[dim]not runnable on this device[/dim]"
             table.add_row(
                 outcome.op,
                 outcome.backend,
