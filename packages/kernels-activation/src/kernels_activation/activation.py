@@ -15,7 +15,7 @@ import torch
 from kernels_activation import reference
 from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
-from kernels_jit.validation import check_out, check_tensor
+from kernels_jit.validation import check_out, check_tensor, is_row_view
 
 ACTIVATION_CUDA = ModuleSpec(
     name="activation",
@@ -66,28 +66,10 @@ def _relu2_torch(out: torch.Tensor, x: torch.Tensor) -> None:
     out.copy_(reference.relu2(x))
 
 
-def _rows(t: torch.Tensor) -> bool:
-    """Whether ``t`` is rows of a contiguous last dim with one row stride (see RowView in
-    kernels/pointwise.cuh): its leading dims collapse into one."""
-    if t.is_contiguous():
-        return True
-    shape, strides = t.shape, t.stride()
-    if shape[-1] > 1 and strides[-1] != 1:
-        return False
-    expect = None
-    for size, stride in zip(reversed(shape[:-1]), reversed(strides[:-1]), strict=True):
-        if size == 1:
-            continue
-        if expect is not None and stride != expect:
-            return False
-        expect = stride * size
-    return True
-
-
 def _row_layout(out: torch.Tensor, x: torch.Tensor) -> str | None:
     """Eligibility of the CUDA backend: both tensors are rows (e.g. [T, n] slices of wider
     buffers); a transposed or otherwise permuted view goes to the torch backend."""
-    if not (_rows(x) and _rows(out)):
+    if not (is_row_view(x) and is_row_view(out)):
         return "needs a contiguous last dim and leading dims that collapse to one row stride"
     if x.numel() >= 2**31 and x.shape[-1] >= 2**31:
         return "rows of 2^31 or more elements"

@@ -13,10 +13,10 @@ import math
 
 import torch
 
-from kernels_elementwise import _layout, reference
+from kernels_elementwise import reference
 from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
-from kernels_jit.validation import check_out, check_tensor
+from kernels_jit.validation import check_out, check_tensor, last_dim_contiguous
 
 FUSED_DUAL_RESIDUAL_RMSNORM_CUDA = ModuleSpec(
     name="fused_dual_residual_rmsnorm",
@@ -84,7 +84,7 @@ def _last_dims(
     weight2: torch.Tensor,
     eps: float,
 ) -> str | None:
-    c = _layout.last_dim_contiguous
+    c = last_dim_contiguous
     if c(x) and c(residual) and c(out) and c(mid) and c(weight1) and c(weight2):
         return None
     return "needs contiguous last dims"

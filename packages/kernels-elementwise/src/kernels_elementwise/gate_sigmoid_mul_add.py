@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from kernels_elementwise import _layout, reference
+from kernels_elementwise import reference
 from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
-from kernels_jit.validation import check_out, check_tensor
+from kernels_jit.validation import check_out, check_tensor, last_dim_contiguous
 
 GATE_SIGMOID_MUL_ADD_CUDA = ModuleSpec(
     name="gate_sigmoid_mul_add",
@@ -74,7 +74,7 @@ def _last_dims(
     shared: torch.Tensor,
     routed: torch.Tensor | None,
 ) -> str | None:
-    contiguous = _layout.last_dim_contiguous
+    contiguous = last_dim_contiguous
     if not (contiguous(h) and contiguous(w) and contiguous(shared) and contiguous(out)):
         return "needs contiguous last dims"
     if routed is not None and not contiguous(routed):

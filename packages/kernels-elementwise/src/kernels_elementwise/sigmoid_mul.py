@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from kernels_elementwise import _layout, reference
+from kernels_elementwise import reference
 from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
-from kernels_jit.validation import check_out, check_tensor
+from kernels_jit.validation import check_out, check_tensor, last_dim_contiguous
 
 SIGMOID_MUL_CUDA = ModuleSpec(
     name="sigmoid_mul",
@@ -59,7 +59,7 @@ def _sigmoid_mul_torch(out: torch.Tensor, x: torch.Tensor, gate: torch.Tensor) -
 
 
 def _last_dims(out: torch.Tensor, x: torch.Tensor, gate: torch.Tensor) -> str | None:
-    contiguous = _layout.last_dim_contiguous
+    contiguous = last_dim_contiguous
     if not (contiguous(x) and contiguous(out) and contiguous(gate)):
         return "needs contiguous last dims"
     return None

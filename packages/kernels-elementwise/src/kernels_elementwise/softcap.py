@@ -10,10 +10,10 @@ import math
 
 import torch
 
-from kernels_elementwise import _layout, reference
+from kernels_elementwise import reference
 from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
-from kernels_jit.validation import check_out, check_tensor
+from kernels_jit.validation import check_out, check_tensor, is_row_view
 
 SOFTCAP_CUDA = ModuleSpec(
     name="softcap",
@@ -45,7 +45,7 @@ def _check_out_dtype(dtype: torch.dtype, x: torch.Tensor) -> None:
 
 
 def _row_layout(out: torch.Tensor, x: torch.Tensor, cap: float) -> str | None:
-    if not (_layout.rows(x) and _layout.rows(out)):
+    if not (is_row_view(x) and is_row_view(out)):
         return "needs a contiguous last dim and leading dims that collapse to one row stride"
     return None
 

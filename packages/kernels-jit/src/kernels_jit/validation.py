@@ -72,3 +72,27 @@ def check_same_device(op: str, **tensors: torch.Tensor) -> None:
     if len(set(devices.values())) > 1:
         listed = ", ".join(f"{n} on {d}" for n, d in devices.items())
         raise ValueError(f"{op}: all tensors must be on one device, got {listed}")
+
+
+def is_row_view(t: torch.Tensor) -> bool:
+    """Whether ``t`` is rows of a contiguous last dim whose leading dims collapse into one row
+    stride: what ``RowView`` in kernels/pointwise.cuh indexes (contiguous tensors and row slices
+    of wider buffers; transposed views and a strided last dim are not)."""
+    if t.is_contiguous():
+        return True
+    shape, strides = t.shape, t.stride()
+    if shape[-1] > 1 and strides[-1] != 1:
+        return False
+    expect = None
+    for size, stride in zip(reversed(shape[:-1]), reversed(strides[:-1]), strict=True):
+        if size == 1:
+            continue
+        if expect is not None and stride != expect:
+            return False
+        expect = stride * size
+    return True
+
+
+def last_dim_contiguous(t: torch.Tensor) -> bool:
+    """Whether the last dim of ``t`` has stride 1 (or needs none)."""
+    return t.is_contiguous() or t.dim() == 0 or t.shape[-1] <= 1 or t.stride(-1) == 1
