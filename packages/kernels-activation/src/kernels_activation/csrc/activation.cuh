@@ -3,12 +3,12 @@
 // Gated: x [..., 2d] -> out [..., d], out = act(x[..., :d]) * x[..., d:], computed in fp32 and
 // rounded once. Unary: relu2(x) = relu(x)^2, same shape.
 //
-// Both run on the row engine of <kernels/pointwise.cuh>: one flat work index per 16-byte pack of
-// the output (8 bf16/fp16 or 4 fp32 values), divided into (row, column) with FastDivmod, so any
-// token count fills the 132 SMs of an H200 and rows may sit at any stride (slices of a wider
-// buffer). A thread issues all its loads (2 per item, up to 4 items) before its first use. Packs
-// need d, the row strides and the base pointers to be whole 16-byte multiples; otherwise a scalar
-// kernel with the same indexing runs. Bytes for the gated ops: read 2d, write d per row.
+// Both run on the pointwise launch of <kernels/pointwise.cuh>: one flat work index per 16-byte
+// pack of the output (8 bf16/fp16 or 4 fp32 values) per thread, divided into (row, column) with
+// FastDivmod, so any token count fills the 132 SMs of an H200 and rows may sit at any stride
+// (slices of a wider buffer); PDL on sm_90. Packs need d, the row strides and the base pointers
+// to be whole 16-byte multiples; otherwise a scalar kernel with the same indexing runs. Bytes for
+// the gated ops: read 2d, write d per row.
 #pragma once
 
 #include <kernels/activation_math.cuh>
@@ -16,80 +16,51 @@
 #include <kernels/cuda_dtype.cuh>
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
+#include <kernels/pdl.cuh>
 #include <kernels/pointwise.cuh>
 
 namespace activation_detail {
 
 using kernels::FastDivmod;
-using kernels::kPointwiseMaxThreads;
-constexpr int kUnroll = kernels::kPointwiseMaxUnroll;
+using kernels::kPointwiseThreads;
 
 template <typename T, typename Act>
-__global__ void __launch_bounds__(kPointwiseMaxThreads)
+__global__ void __launch_bounds__(kPointwiseThreads)
     gated_packs_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x,
-                       int64_t x_stride, int64_t d, FastDivmod per_row, uint32_t total,
-                       uint32_t unroll) {
+                       int64_t x_stride, int64_t d, FastDivmod per_row, uint32_t total) {
   constexpr int P = kernels::Pack<T>::size;
+  const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
+  kernels::pdl_wait();
+  if (i >= total) return;
+  uint32_t r, c;
+  per_row.divmod(i, r, c);
+  const T* src = x + r * x_stride + c * P;
+  const int4 gate = kernels::load16_stream(src);
+  const int4 up = kernels::load16_stream(src + d);
+  kernels::pdl_launch_dependents();
+  float g[P], v[P];
+  kernels::raw_to_floats<T, P>(&gate, g);
+  kernels::raw_to_floats<T, P>(&up, v);
   const Act act;
-  const uint32_t threads = blockDim.x;
-  const uint32_t first = blockIdx.x * threads * unroll + threadIdx.x;
-  int4 gate[kUnroll], up[kUnroll];
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const uint32_t i = first + u * threads;
-    if (u < unroll && i < total) {
-      uint32_t r, c;
-      per_row.divmod(i, r, c);
-      const T* src = x + r * x_stride + c * P;
-      gate[u] = kernels::load16_stream(src);
-      up[u] = kernels::load16_stream(src + d);
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const uint32_t i = first + u * threads;
-    if (u < unroll && i < total) {
-      uint32_t r, c;
-      per_row.divmod(i, r, c);
-      float g[P], v[P];
-      kernels::raw_to_floats<T, P>(&gate[u], g);
-      kernels::raw_to_floats<T, P>(&up[u], v);
-#pragma unroll
-      for (int k = 0; k < P; ++k) g[k] = act(g[k]) * v[k];
-      kernels::store_floats_stream<T, P>(out + r * out_stride + c * P, g);
-    }
-  }
+  for (int k = 0; k < P; ++k) g[k] = act(g[k]) * v[k];
+  kernels::store_floats_stream<T, P>(out + r * out_stride + c * P, g);
 }
 
 template <typename T, typename Act>
-__global__ void __launch_bounds__(kPointwiseMaxThreads)
+__global__ void __launch_bounds__(kPointwiseThreads)
     gated_scalar_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x,
-                        int64_t x_stride, int64_t d, FastDivmod per_row, uint32_t total,
-                       uint32_t unroll) {
-  const Act act;
-  const uint32_t threads = blockDim.x;
-  const uint32_t first = blockIdx.x * threads * unroll + threadIdx.x;
-  float g[kUnroll], v[kUnroll];
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const uint32_t i = first + u * threads;
-    if (u < unroll && i < total) {
-      uint32_t r, c;
-      per_row.divmod(i, r, c);
-      const T* src = x + r * x_stride + c;
-      g[u] = kernels::to_float(src[0]);
-      v[u] = kernels::to_float(src[d]);
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const uint32_t i = first + u * threads;
-    if (u < unroll && i < total) {
-      uint32_t r, c;
-      per_row.divmod(i, r, c);
-      out[r * out_stride + c] = kernels::from_float<T>(act(g[u]) * v[u]);
-    }
-  }
+                        int64_t x_stride, int64_t d, FastDivmod per_row, uint32_t total) {
+  const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
+  kernels::pdl_wait();
+  if (i >= total) return;
+  uint32_t r, c;
+  per_row.divmod(i, r, c);
+  const T* src = x + r * x_stride + c;
+  const float g = kernels::to_float(src[0]);
+  const float v = kernels::to_float(src[d]);
+  kernels::pdl_launch_dependents();
+  out[r * out_stride + c] = kernels::from_float<T>(Act{}(g) * v);
 }
 
 template <typename T, typename Act>
@@ -100,19 +71,14 @@ void gated_rows(T* out, int64_t out_stride, const T* x, int64_t x_stride, int64_
   const bool packed = kernels::packs_fit(x, d, x_stride, sizeof(T)) &&
                       kernels::packs_fit(out, d, out_stride, sizeof(T));
   const int64_t per_row = packed ? d / P : d;
-  const kernels::PointwisePlan plan = kernels::pointwise_plan(rows * per_row, device);
   const FastDivmod divmod(static_cast<uint32_t>(per_row));
   kernels::for_row_chunks(rows, per_row, [&](int64_t r0, int64_t n) {
-    const uint32_t work = static_cast<uint32_t>(n * per_row);
-    const unsigned blocks = kernels::pointwise_blocks(work, plan);
+    const int64_t work = n * per_row;
     T* o = out + r0 * out_stride;
     const T* i = x + r0 * x_stride;
-    if (packed)
-      gated_packs_kernel<T, Act><<<blocks, plan.threads, 0, stream>>>(
-          o, out_stride, i, x_stride, d, divmod, work, plan.unroll);
-    else
-      gated_scalar_kernel<T, Act><<<blocks, plan.threads, 0, stream>>>(
-          o, out_stride, i, x_stride, d, divmod, work, plan.unroll);
+    auto kernel = packed ? gated_packs_kernel<T, Act> : gated_scalar_kernel<T, Act>;
+    kernels::launch_pointwise(kernel, work, device, stream, o, out_stride, i, x_stride, d, divmod,
+                              static_cast<uint32_t>(work));
   });
 }
 

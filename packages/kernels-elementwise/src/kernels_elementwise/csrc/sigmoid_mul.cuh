@@ -4,9 +4,9 @@
 // contiguous last dim and arbitrary token and head strides.
 //
 // One flat work index per 16-byte pack of out, split into (token, head, pack) by two FastDivmods,
-// so any T fills the GPU; all loads of a thread are issued before the first use. Packs need D,
-// the strides and the pointers in whole 16-byte units (a per-head gate is read as a scalar and
-// has no such need); otherwise a scalar kernel with the same indexing runs.
+// so any T fills the GPU; one pack per thread, PDL on sm_90 (kernels::launch_pointwise). Packs
+// need D, the strides and the pointers in whole 16-byte units (a per-head gate is read as a
+// scalar and has no such need); otherwise a scalar kernel with the same indexing runs.
 // Bytes: read x and gate, write out.
 #pragma once
 
@@ -15,13 +15,13 @@
 #include <kernels/cuda_dtype.cuh>
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
+#include <kernels/pdl.cuh>
 #include <kernels/pointwise.cuh>
 
 namespace sigmoid_mul_detail {
 
 using kernels::FastDivmod;
-using kernels::kPointwiseMaxThreads;
-constexpr int kUnroll = kernels::kPointwiseMaxUnroll;
+using kernels::kPointwiseThreads;
 
 // Element strides of one [T, H, D] operand.
 struct Strides {
@@ -33,62 +33,40 @@ struct Problem {
   FastDivmod per_head;  // work items per head: D / pack or D
   FastDivmod heads;     // H
   uint32_t total;
-  uint32_t unroll;  // items per thread (see kernels::pointwise_plan)
   Strides out, x, gate;
 };
 
 template <typename T, bool kPacked, bool kPerHead>
-__global__ void __launch_bounds__(kPointwiseMaxThreads)
+__global__ void __launch_bounds__(kPointwiseThreads)
     sigmoid_mul_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gate,
                        Problem p) {
   using A = kernels::Access<T, kPacked>;
   constexpr int W = A::width;
-  const uint32_t threads = blockDim.x;
-  const uint32_t first = blockIdx.x * threads * p.unroll + threadIdx.x;
-  typename A::Raw xr[kUnroll], gr[kUnroll];
-  T gh[kUnroll];
+  const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
+  kernels::pdl_wait();
+  if (i >= p.total) return;
+  uint32_t th, c, t, h;
+  p.per_head.divmod(i, th, c);
+  p.heads.divmod(th, t, h);
+  const typename A::Raw xr = A::load_stream(x + t * p.x.token + h * p.x.head + c * W);
+  float v[W], g[W];
+  if constexpr (kPerHead) {
+    const T gh = gate[t * p.gate.token + h * p.gate.head];
+    kernels::pdl_launch_dependents();
+    const float s = kernels::math::sigmoid(kernels::to_float(gh));
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const uint32_t i = first + u * threads;
-    if (u < p.unroll && i < p.total) {
-      uint32_t th, c, t, h;
-      p.per_head.divmod(i, th, c);
-      p.heads.divmod(th, t, h);
-      xr[u] = A::load_stream(x + t * p.x.token + h * p.x.head + c * W);
-      if constexpr (kPerHead)
-        gh[u] = gate[t * p.gate.token + h * p.gate.head];
-      else
-        gr[u] = A::load_stream(gate + t * p.gate.token + h * p.gate.head + c * W);
-    }
+    for (int k = 0; k < W; ++k) g[k] = s;
+  } else {
+    const typename A::Raw gr = A::load_stream(gate + t * p.gate.token + h * p.gate.head + c * W);
+    kernels::pdl_launch_dependents();
+    A::to_floats(gr, g);
+#pragma unroll
+    for (int k = 0; k < W; ++k) g[k] = kernels::math::sigmoid(g[k]);
   }
+  A::to_floats(xr, v);
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const uint32_t i = first + u * threads;
-    if (u < p.unroll && i < p.total) {
-      uint32_t th, c, t, h;
-      p.per_head.divmod(i, th, c);
-      p.heads.divmod(th, t, h);
-      float v[W], g[W];
-      A::to_floats(xr[u], v);
-      if constexpr (kPerHead) {
-        const float s = kernels::math::sigmoid(kernels::to_float(gh[u]));
-#pragma unroll
-        for (int k = 0; k < W; ++k) v[k] *= s;
-      } else {
-        A::to_floats(gr[u], g);
-#pragma unroll
-        for (int k = 0; k < W; ++k) v[k] *= kernels::math::sigmoid(g[k]);
-      }
-      A::store_stream(out + t * p.out.token + h * p.out.head + c * W, A::from_floats(v));
-    }
-  }
-}
-
-template <typename T, bool kPacked, bool kPerHead>
-void launch(T* out, const T* x, const T* gate, const Problem& p, kernels::PointwisePlan plan,
-            cudaStream_t stream) {
-  sigmoid_mul_kernel<T, kPacked, kPerHead>
-      <<<kernels::pointwise_blocks(p.total, plan), plan.threads, 0, stream>>>(out, x, gate, p);
+  for (int k = 0; k < W; ++k) v[k] *= g[k];
+  A::store_stream(out + t * p.out.token + h * p.out.head + c * W, A::from_floats(v));
 }
 
 // The [T, H, D] strides of an operand that is [T, H, D] or [T, H * D]. A size-1 dim may carry
@@ -109,27 +87,22 @@ void run(T* out, const T* x, const T* gate, int64_t tokens, int64_t heads, int64
   const bool packed = d % P == 0 && fits(out, so) && fits(x, sx) && (per_head || fits(gate, sg));
   const int64_t per_head_items = packed ? d / P : d;
   const int64_t per_token = heads * per_head_items;
-  const kernels::PointwisePlan plan = kernels::pointwise_plan(tokens * per_token, device);
   kernels::for_row_chunks(tokens, per_token, [&](int64_t t0, int64_t n) {
     Problem p;
     p.per_head = FastDivmod(static_cast<uint32_t>(per_head_items));
     p.heads = FastDivmod(static_cast<uint32_t>(heads));
     p.total = static_cast<uint32_t>(n * per_token);
-    p.unroll = plan.unroll;
     p.out = so;
     p.x = sx;
     p.gate = sg;
     T* o = out + t0 * so.token;
     const T* xi = x + t0 * sx.token;
     const T* gi = gate + t0 * sg.token;
-    if (packed && per_head)
-      launch<T, true, true>(o, xi, gi, p, plan, stream);
-    else if (packed)
-      launch<T, true, false>(o, xi, gi, p, plan, stream);
-    else if (per_head)
-      launch<T, false, true>(o, xi, gi, p, plan, stream);
-    else
-      launch<T, false, false>(o, xi, gi, p, plan, stream);
+    auto kernel = packed ? (per_head ? sigmoid_mul_kernel<T, true, true>
+                                     : sigmoid_mul_kernel<T, true, false>)
+                         : (per_head ? sigmoid_mul_kernel<T, false, true>
+                                     : sigmoid_mul_kernel<T, false, false>);
+    kernels::launch_pointwise(kernel, p.total, device, stream, o, xi, gi, p);
   });
 }
 

@@ -119,6 +119,15 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
       x[j].zero();
     }
   }
+  // The weight loads go out with the row's: issued after the fused ops' residual stores, they
+  // would wait for them (the compiler cannot prove that weight and residual do not overlap),
+  // which cost a whole memory round trip at decode.
+  Pack w[kVectorsPerThread];
+#pragma unroll
+  for (int j = 0; j < kVectorsPerThread; ++j) {
+    const int i = th.lane + j * p.tpr;
+    if (i < vectors) w[j].load_shared(ptr.weight + i * kN);
+  }
   if constexpr (kFused) {
     Pack r[kVectorsPerThread];
 #pragma unroll
@@ -134,12 +143,6 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
         x[j].store(ptr.res + i * kN);
       }
     }
-  }
-  Pack w[kVectorsPerThread];
-#pragma unroll
-  for (int j = 0; j < kVectorsPerThread; ++j) {
-    const int i = th.lane + j * p.tpr;
-    if (i < vectors) w[j].load_shared(ptr.weight + i * kN);
   }
   float ss = 0.0f;
 #pragma unroll
@@ -238,8 +241,8 @@ void launch_typed(const char* op, Params& p, bool vector, int device, cudaStream
   };
   const int vectors = p.hidden / kVec;
   // The fused ops serve residual streams (hidden >= 1024 in practice): rows of at most
-  // kFusedLoopMaxVectors take the loop kernel, which spares two instantiations per dtype (build
-  // time) at the cost of a second, L1-resident read of a short row.
+  // kFusedLoopMaxVectors take the loop kernel, which spares the one-vector instantiation per
+  // dtype (build time) at the cost of a second, L1-resident read of a short row.
   if (vector && vectors <= rowwise::kRegisterMaxVectors &&
       (!kFused || vectors > kFusedLoopMaxVectors)) {
     const rowwise::Plan plan = rowwise::plan_registers(vectors, p.rows, device);
@@ -250,9 +253,7 @@ void launch_typed(const char* op, Params& p, bool vector, int device, cudaStream
           return rowwise::launch(op, rmsnorm_registers<T, 1, kFused>, plan, stream, pdl, p);
         break;
       case 2:
-        if constexpr (!kFused)
-          return rowwise::launch(op, rmsnorm_registers<T, 2, kFused>, plan, stream, pdl, p);
-        break;
+        return rowwise::launch(op, rmsnorm_registers<T, 2, kFused>, plan, stream, pdl, p);
       case 4:
         return rowwise::launch(op, rmsnorm_registers<T, 4, kFused>, plan, stream, pdl, p);
       default:
