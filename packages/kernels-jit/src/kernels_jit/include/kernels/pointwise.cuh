@@ -2,7 +2,8 @@
 //   - FastDivmod: a flat work index -> (row, column) without a hardware divide;
 //   - 16-byte packs of T converted to and from float arrays, with streaming or cached loads;
 //   - RowView: a tensor seen as rows of a contiguous last dim with one row stride (what engines
-//     pass: contiguous tensors and slices of wider buffers), derived on the host.
+//     pass: contiguous tensors and slices of wider buffers), derived on the host;
+//   - launch_pointwise (one item per thread, PDL for small grids) and the unary row engine.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -219,16 +220,19 @@ inline bool packs_fit(const void* ptr, int64_t cols, int64_t row_stride, int64_t
 
 // ---------------------------------------------------------------------------------------------
 // The pointwise launch: one work item (a 16-byte pack, or one element on the scalar path) per
-// thread, in blocks of kPointwiseThreads, launched with programmatic dependent launch (PDL) where
-// the GPU has it. Kernels call pdl_wait() before their first global access and
-// pdl_launch_dependents() once their loads are issued.
+// thread, in blocks of kPointwiseThreads. A grid that fits in one wave (decode, small batches) is
+// launched with programmatic dependent launch (PDL) where the GPU has it; kernels call pdl_wait()
+// before their first global access and pdl_launch_dependents() once their loads are issued.
 //
-// Chosen by a sweep on the H200 (2026-12-02; silu_and_mul and relu2 in bf16, tokens 1-32768 x
-// hidden 4096/8192, CUDA graphs): one item per thread in blocks of 128 was within 1% of the best
-// of {64, 128, 256, 512} threads x {1, 2, 4} items at every shape; 4 items per thread (the
-// previous plan for large shapes) cost up to 9% at 32768 x 8192, and 512-thread blocks 15% at
-// one token. PDL took a one-token kernel from 1.28 to 0.93 us per call in a graph of
-// back-to-back calls (an empty kernel: 0.70 us), which is what a decode step looks like.
+// Chosen by sweeps on the H200 (2026-12-02; silu_and_mul and relu2 in bf16, tokens 1-32768 x
+// hidden 4096/8192, CUDA graphs):
+//   - one item per thread in blocks of 128 was within 1% of the best of {64, 128, 256, 512}
+//     threads x {1, 2, 4} items at every shape; 4 items per thread (the previous plan for large
+//     shapes) cost up to 9% at 32768 x 8192, and 512-thread blocks 15% at one token;
+//   - PDL took a one-token kernel from 1.28 to 0.93 us per call in a graph of back-to-back calls
+//     (an empty kernel: 0.70 us), which is what a decode step looks like; but with PDL on every
+//     grid, relu2 and softcap lost 20% of their bandwidth at 8192 tokens and more (tens of
+//     thousands of short blocks), and silu_and_mul 6%. A launch saved is worth < 2% there.
 
 constexpr int kPointwiseThreads = 128;
 
@@ -241,8 +245,12 @@ inline unsigned pointwise_blocks(int64_t work) {
 template <typename... Params, typename... Args>
 inline void launch_pointwise(void (*kernel)(Params...), int64_t work, int device,
                              cudaStream_t stream, Args&&... args) {
-  (void)launch_pdl(kernel, dim3(pointwise_blocks(work)), dim3(kPointwiseThreads), 0, stream,
-                   pdl_supported(device), std::forward<Args>(args)...);
+  constexpr int kBlocksPerSm = 2048 / kPointwiseThreads;  // resident blocks per SM (sm_90)
+  const unsigned blocks = pointwise_blocks(work);
+  const bool pdl = blocks <= static_cast<unsigned>(kBlocksPerSm * sm_count(device)) &&
+                   pdl_supported(device);
+  (void)launch_pdl(kernel, dim3(blocks), dim3(kPointwiseThreads), 0, stream, pdl,
+                   std::forward<Args>(args)...);
 }
 
 // ---------------------------------------------------------------------------------------------
