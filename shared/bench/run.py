@@ -85,7 +85,8 @@ def run_group(group: str, quick: bool, out_dir: Path, copy: float, commit_id: st
         "commit": commit_id,
         "copy_gbps": round(copy, 1),
         "records": [r.as_json() for r in records],
-        "method": "medians under CUDA graphs, inputs rotated past 3x the L2; " + peers.COMPILE_NOTE,
+        "method": "medians under CUDA graphs, inputs rotated past 3x the L2, the GPU spinning "
+        "ahead of each timed region (no host launch latency counted); " + peers.COMPILE_NOTE,
     }
     if hasattr(suite, "extra"):
         result.update(suite.extra())
