@@ -26,18 +26,19 @@ using kernels::kPointwiseThreads;
 
 template <typename T, typename Act>
 __global__ void __launch_bounds__(kPointwiseThreads)
-    gated_packs_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x,
-                       int64_t x_stride, int64_t d, FastDivmod per_row, uint32_t total) {
+    gated_packs_kernel(bool pdl, T* __restrict__ out, int64_t out_stride,
+                       const T* __restrict__ x, int64_t x_stride, int64_t d, FastDivmod per_row,
+                       uint32_t total) {
   constexpr int P = kernels::Pack<T>::size;
   const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
-  kernels::pdl_wait();
+  if (pdl) kernels::pdl_wait();
   if (i >= total) return;
   uint32_t r, c;
   per_row.divmod(i, r, c);
   const T* src = x + r * x_stride + c * P;
   const int4 gate = kernels::load16_stream(src);
   const int4 up = kernels::load16_stream(src + d);
-  kernels::pdl_launch_dependents();
+  if (pdl) kernels::pdl_launch_dependents();
   float g[P], v[P];
   kernels::raw_to_floats<T, P>(&gate, g);
   kernels::raw_to_floats<T, P>(&up, v);
@@ -49,17 +50,18 @@ __global__ void __launch_bounds__(kPointwiseThreads)
 
 template <typename T, typename Act>
 __global__ void __launch_bounds__(kPointwiseThreads)
-    gated_scalar_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x,
-                        int64_t x_stride, int64_t d, FastDivmod per_row, uint32_t total) {
+    gated_scalar_kernel(bool pdl, T* __restrict__ out, int64_t out_stride,
+                        const T* __restrict__ x, int64_t x_stride, int64_t d, FastDivmod per_row,
+                        uint32_t total) {
   const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
-  kernels::pdl_wait();
+  if (pdl) kernels::pdl_wait();
   if (i >= total) return;
   uint32_t r, c;
   per_row.divmod(i, r, c);
   const T* src = x + r * x_stride + c;
   const float g = kernels::to_float(src[0]);
   const float v = kernels::to_float(src[d]);
-  kernels::pdl_launch_dependents();
+  if (pdl) kernels::pdl_launch_dependents();
   out[r * out_stride + c] = kernels::from_float<T>(Act{}(g) * v);
 }
 

@@ -38,12 +38,12 @@ struct Problem {
 
 template <typename T, bool kPacked, bool kPerHead>
 __global__ void __launch_bounds__(kPointwiseThreads)
-    sigmoid_mul_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gate,
-                       Problem p) {
+    sigmoid_mul_kernel(bool pdl, T* __restrict__ out, const T* __restrict__ x,
+                       const T* __restrict__ gate, Problem p) {
   using A = kernels::Access<T, kPacked>;
   constexpr int W = A::width;
   const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
-  kernels::pdl_wait();
+  if (pdl) kernels::pdl_wait();
   if (i >= p.total) return;
   uint32_t th, c, t, h;
   p.per_head.divmod(i, th, c);
@@ -52,13 +52,13 @@ __global__ void __launch_bounds__(kPointwiseThreads)
   float v[W], g[W];
   if constexpr (kPerHead) {
     const T gh = gate[t * p.gate.token + h * p.gate.head];
-    kernels::pdl_launch_dependents();
+    if (pdl) kernels::pdl_launch_dependents();
     const float s = kernels::math::sigmoid(kernels::to_float(gh));
 #pragma unroll
     for (int k = 0; k < W; ++k) g[k] = s;
   } else {
     const typename A::Raw gr = A::load_stream(gate + t * p.gate.token + h * p.gate.head + c * W);
-    kernels::pdl_launch_dependents();
+    if (pdl) kernels::pdl_launch_dependents();
     A::to_floats(gr, g);
 #pragma unroll
     for (int k = 0; k < W; ++k) g[k] = kernels::math::sigmoid(g[k]);

@@ -220,9 +220,10 @@ inline bool packs_fit(const void* ptr, int64_t cols, int64_t row_stride, int64_t
 
 // ---------------------------------------------------------------------------------------------
 // The pointwise launch: one work item (a 16-byte pack, or one element on the scalar path) per
-// thread, in blocks of kPointwiseThreads. A grid that fits in one wave (decode, small batches) is
-// launched with programmatic dependent launch (PDL) where the GPU has it; kernels call pdl_wait()
-// before their first global access and pdl_launch_dependents() once their loads are issued.
+// thread, in blocks of kPointwiseThreads. Kernels take `bool pdl` as their first parameter: when
+// it is set (grids of up to kPdlMaxWaves waves), the launch uses programmatic dependent launch
+// and the kernel calls pdl_wait() before its first global access and pdl_launch_dependents() once
+// its loads are issued; larger grids run without either instruction.
 //
 // Chosen by sweeps on the H200 (2026-12-02; silu_and_mul and relu2 in bf16, tokens 1-32768 x
 // hidden 4096/8192, CUDA graphs):
@@ -230,26 +231,29 @@ inline bool packs_fit(const void* ptr, int64_t cols, int64_t row_stride, int64_t
 //     threads x {1, 2, 4} items at every shape; 4 items per thread (the previous plan for large
 //     shapes) cost up to 9% at 32768 x 8192, and 512-thread blocks 15% at one token;
 //   - PDL took a one-token kernel from 1.28 to 0.93 us per call in a graph of back-to-back calls
-//     (an empty kernel: 0.70 us), which is what a decode step looks like; but with PDL on every
-//     grid, relu2 and softcap lost 20% of their bandwidth at 8192 tokens and more (tens of
-//     thousands of short blocks), and silu_and_mul 6%. A launch saved is worth < 2% there.
+//     (an empty kernel: 0.70 us), and silu_and_mul at 1024 x 4096 from 8.2 to 7.7 us;
+//   - with the PDL instructions in every block of a large grid (tens of thousands of short
+//     blocks), relu2 and softcap reached 76-79% of copy at 8192 tokens and more, and
+//     silu_and_mul 90% at 8192 x 4096, whether the grid was launched with PDL or not, where the
+//     same kernels without them reached 96-99% and 96%.
 
 constexpr int kPointwiseThreads = 128;
+constexpr int kPdlMaxWaves = 8;
 
 inline unsigned pointwise_blocks(int64_t work) {
   return std::max(1u, ceil_div(work, int64_t{kPointwiseThreads}));
 }
 
-// Launches `kernel` over `work` items on `stream`; a failed launch is reported by the entry
-// point's check_launch (the runtime records it as the last error).
+// Launches `kernel(pdl, args...)` over `work` items on `stream`; a failed launch is reported by
+// the entry point's check_launch (the runtime records it as the last error).
 template <typename... Params, typename... Args>
-inline void launch_pointwise(void (*kernel)(Params...), int64_t work, int device,
+inline void launch_pointwise(void (*kernel)(bool, Params...), int64_t work, int device,
                              cudaStream_t stream, Args&&... args) {
   constexpr int kBlocksPerSm = 2048 / kPointwiseThreads;  // resident blocks per SM (sm_90)
   const unsigned blocks = pointwise_blocks(work);
-  const bool pdl = blocks <= static_cast<unsigned>(kBlocksPerSm * sm_count(device)) &&
-                   pdl_supported(device);
-  (void)launch_pdl(kernel, dim3(blocks), dim3(kPointwiseThreads), 0, stream, pdl,
+  const unsigned pdl_max_blocks = kPdlMaxWaves * kBlocksPerSm * sm_count(device);
+  const bool pdl = blocks <= pdl_max_blocks && pdl_supported(device);
+  (void)launch_pdl(kernel, dim3(blocks), dim3(kPointwiseThreads), 0, stream, pdl, pdl,
                    std::forward<Args>(args)...);
 }
 
@@ -262,17 +266,18 @@ inline void launch_pointwise(void (*kernel)(Params...), int64_t work, int device
 // last partial pack of a contiguous tensor seen as one row; block 0 writes it.
 template <typename TIn, typename TOut, typename Op>
 __global__ void __launch_bounds__(kPointwiseThreads)
-    unary_packs_kernel(TOut* __restrict__ out, int64_t out_stride, const TIn* __restrict__ x,
-                       int64_t x_stride, FastDivmod per_row, uint32_t total, uint32_t tail, Op op) {
+    unary_packs_kernel(bool pdl, TOut* __restrict__ out, int64_t out_stride,
+                       const TIn* __restrict__ x, int64_t x_stride, FastDivmod per_row,
+                       uint32_t total, uint32_t tail, Op op) {
   constexpr int P = Pack<TIn>::size;
   static_assert(sizeof(TOut) >= sizeof(TIn), "outputs narrower than inputs are not packed");
   const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
-  pdl_wait();
+  if (pdl) pdl_wait();
   if (i < total) {
     uint32_t r, c;
     per_row.divmod(i, r, c);
     const int4 raw = load16_stream(x + r * x_stride + c * P);
-    pdl_launch_dependents();
+    if (pdl) pdl_launch_dependents();
     float f[P];
     raw_to_floats<TIn, P>(&raw, f);
 #pragma unroll
@@ -288,15 +293,16 @@ __global__ void __launch_bounds__(kPointwiseThreads)
 // Any alignment and width: one element per work index.
 template <typename TIn, typename TOut, typename Op>
 __global__ void __launch_bounds__(kPointwiseThreads)
-    unary_scalar_kernel(TOut* __restrict__ out, int64_t out_stride, const TIn* __restrict__ x,
-                        int64_t x_stride, FastDivmod per_row, uint32_t total, Op op) {
+    unary_scalar_kernel(bool pdl, TOut* __restrict__ out, int64_t out_stride,
+                        const TIn* __restrict__ x, int64_t x_stride, FastDivmod per_row,
+                        uint32_t total, Op op) {
   const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
-  pdl_wait();
+  if (pdl) pdl_wait();
   if (i < total) {
     uint32_t r, c;
     per_row.divmod(i, r, c);
     const float v = to_float(x[r * x_stride + c]);
-    pdl_launch_dependents();
+    if (pdl) pdl_launch_dependents();
     out[r * out_stride + c] = from_float<TOut>(op(v));
   }
 }
