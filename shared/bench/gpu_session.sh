@@ -2,8 +2,13 @@
 # One GPU session from a source checkout: environment, GPU tests, `kernels-ops check`, benchmarks.
 # Results (logs, JSON, markdown, plots) are packed into $OUT/results.tar.gz.
 #
-#   TESTS="tests/elementwise" BENCH="elementwise" [QUICK=1] [SANITIZE="tests/x.py::t"] \
-#     [BENCH_TIMEOUT=seconds] [KERNELS_COMMIT=abc1234] shared/bench/gpu_session.sh
+#   TESTS="tests/elementwise" [TESTS_K="not compile"] BENCH="elementwise" [QUICK=1] \
+#     [SANITIZE="tests/x.py::t"] [BENCH_TIMEOUT=seconds] [KERNELS_COMMIT=abc1234] \
+#     shared/bench/gpu_session.sh
+#
+# TESTS_K is pytest's -k expression. Run the tests in one process: with pytest-xdist (-n 8) the
+# three groups' GPU tests had reached 32% after 10 minutes, where one process runs them all in
+# about 6.5 (2026-12-02; likely each worker's inductor compile pool for the torch.compile tests).
 #
 # Carried wheels (apache-tvm-ffi, liger-kernel for cp312) in .whl/ are installed first.
 set -uo pipefail
@@ -25,7 +30,8 @@ status=0
   python3 -c "import torch, triton, tvm_ffi; print(torch.__version__, triton.__version__, tvm_ffi.__version__)"
 } 2>&1 | tee "$RESULTS/env.txt"
 if [ -n "${TESTS:-}" ]; then
-  python3 -m pytest $TESTS -m gpu -q -p no:cacheprovider -p no:logging --timeout=900 \
+  python3 -m pytest $TESTS ${TESTS_K:+-k "$TESTS_K"} -m gpu -q -p no:cacheprovider -p no:logging \
+    --timeout=900 \
     --junitxml="$RESULTS/gpu-tests.xml" 2>&1 | tee "$RESULTS/gpu-tests.log" | tail -40
   status=$((status | PIPESTATUS[0]))
 fi
