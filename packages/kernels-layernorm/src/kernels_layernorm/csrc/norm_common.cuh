@@ -311,8 +311,8 @@ inline void finish_plan(Plan& plan, int64_t rows, int device) {
 //   - more rows: 8 vectors per thread (H = 4096 bf16: 64 threads), which keeps more loads in
 //     flight per thread.
 // Measured on the H200 (2026-12-02, bf16): the wide layout took rmsnorm at one token from 1.57 to
-// 1.15 us and fused_add_rmsnorm from 2.07 to 1.57 us, but cost rmsnorm 25% at 8192 x 8192 and
-// layernorm 7-20% at 8192 rows, where the 8-vector layout was within 3% of Liger.
+// 1.15 us and fused_add_rmsnorm from 2.07 to 1.57 us, but at 8192 rows and more it was up to 30%
+// slower than the 8-vector layout for rmsnorm and up to 28% for layernorm (7168 and 8192 wide).
 inline Plan plan_registers(int64_t vectors, int64_t rows, int device) {
   Plan plan{};
   if (vectors <= 4) {
