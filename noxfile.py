@@ -44,9 +44,15 @@ def _with_shared_torch(session: nox.Session) -> None:
     Path(purelib, "_kernels_shared_torch.pth").write_text(str(TORCH_SITE) + "\n")
 
 
+# The packages' build backend, installed once per venv: building each local package without
+# isolation saves pip a fresh build environment per package (about 3 s each on a 2-core CI host).
+BUILD_BACKEND = "hatchling>=1.25"
+
+
 def _install(session: nox.Session, *dists: str) -> None:
     _with_shared_torch(session)
-    session.install("-q", *TEST_TOOLS, *(str(ROOT / "packages" / d) for d in dists))
+    session.install("-q", BUILD_BACKEND, *TEST_TOOLS)
+    session.install("-q", "--no-build-isolation", *(str(ROOT / "packages" / d) for d in dists))
 
 
 def _pytest(session: nox.Session, *paths: str) -> None:
@@ -102,7 +108,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def build(session: nox.Session) -> None:
     """Every sdist and wheel, then a check of what each wheel carries."""
-    session.install("-q", "build>=1.2", "hatchling>=1.25")
+    session.install("-q", "build>=1.2", BUILD_BACKEND)
     out = ROOT / "dist"
     for package in sorted((ROOT / "packages").iterdir()):
         session.run(
