@@ -103,16 +103,23 @@ def time_graph(fn: Callable[[Any], Any], input_sets: list[Any]) -> float:
             fn(inputs)
     graph.replay()
     torch.cuda.synchronize()
+    us = median_us(graph.replay, REPLAYS) / len(input_sets)
+    del graph
+    return us
+
+
+def median_us(run: Callable[[], Any], repeats: int) -> float:
+    """Median GPU microseconds of ``run()`` between two events, each time behind a GPU spin, so
+    that the host's launch latency falls inside the spin instead of the timed region."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = []
-    for _ in range(REPLAYS):
+    for _ in range(repeats):
         torch.cuda._sleep(SPIN_CYCLES)
         start.record()
-        graph.replay()
+        run()
         end.record()
         end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / len(input_sets))
-    del graph
+        samples.append(start.elapsed_time(end) * 1e3)
     return statistics.median(samples)
 
 
@@ -127,16 +134,7 @@ def copy_gbps(nbytes: int = 2**30, repeats: int = 20) -> float:
     dst = torch.empty_like(src)
     for _ in range(3):
         dst.copy_(src)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(repeats):
-        torch.cuda._sleep(SPIN_CYCLES)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3)
-    return 2 * nbytes / statistics.median(samples) / 1e3
+    return 2 * nbytes / median_us(lambda: dst.copy_(src), repeats) / 1e3
 
 
 def run_case(case: Case, copy: float, on_impl: Callable[[str], None] | None = None) -> list[Record]:

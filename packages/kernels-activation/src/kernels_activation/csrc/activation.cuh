@@ -6,9 +6,9 @@
 // Both run on the pointwise launch of <kernels/pointwise.cuh>: one flat work index per 16-byte
 // pack of the output (8 bf16/fp16 or 4 fp32 values) per thread, divided into (row, column) with
 // FastDivmod, so any token count fills the 132 SMs of an H200 and rows may sit at any stride
-// (slices of a wider buffer); PDL on sm_90. Packs need d, the row strides and the base pointers
-// to be whole 16-byte multiples; otherwise a scalar kernel with the same indexing runs. Bytes for
-// the gated ops: read 2d, write d per row.
+// (slices of a wider buffer); PDL for small grids (see launch_pointwise). Packs need d, the row
+// strides and the base pointers to be whole 16-byte multiples; otherwise a scalar kernel with the
+// same indexing runs. Bytes for the gated ops: read 2d, write d per row.
 #pragma once
 
 #include <kernels/activation_math.cuh>

@@ -4,8 +4,8 @@
 // contiguous last dim and arbitrary token and head strides.
 //
 // One flat work index per 16-byte pack of out, split into (token, head, pack) by two FastDivmods,
-// so any T fills the GPU; one pack per thread, PDL on sm_90 (kernels::launch_pointwise). Packs
-// need D, the strides and the pointers in whole 16-byte units (a per-head gate is read as a
+// so any T fills the GPU; one pack per thread, PDL for small grids (kernels::launch_pointwise).
+// Packs need D, the strides and the pointers in whole 16-byte units (a per-head gate is read as a
 // scalar and has no such need); otherwise a scalar kernel with the same indexing runs.
 // Bytes: read x and gate, write out.
 #pragma once
