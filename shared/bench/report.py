@@ -1,9 +1,16 @@
-"""Markdown tables and PNG plots of benchmark results."""
+"""Markdown tables, the summary against the targets, and PNG plots of benchmark results.
+
+python -m shared.bench.report [docs/benchmarks]   # the summary of every <group>.json there
+"""
 
 from __future__ import annotations
 
+import json
+import sys
 from collections import defaultdict
 from pathlib import Path
+
+from shared.bench.shapes import BANDWIDTH_SHAPES, DECODE_TOKENS
 
 OURS = ("cuda", "triton", "cpu")
 
@@ -40,6 +47,55 @@ def markdown(group: str, result: dict) -> str:
             f"| {op} | {list(shape)} | {dtype} | {ours['impl']} | {ours['us']:.2f} | "
             f"{ours['pct_of_copy']:.1f} | " + " | ".join(ratios) + " |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def summary(results: dict[str, dict]) -> str:
+    """One row per op of each group: % of copy at the bandwidth-target shapes, the slowest decode
+    time, and for each peer the shapes where we are at least as fast and the worst ratio."""
+    lines = [
+        "| op | % of copy at "
+        + ", ".join("x".join(map(str, s)) for s in BANDWIDTH_SHAPES)
+        + f" | decode max (us, tokens {'/'.join(map(str, DECODE_TOKENS))}) "
+        "| peers: shapes won, worst ratio (peer time / ours) |",
+        "|---|---|---|---|",
+    ]
+    for group, result in results.items():
+        rows: dict[str, dict[tuple, dict[str, dict]]] = defaultdict(lambda: defaultdict(dict))
+        for r in result["records"]:
+            rows[r["op"]][_key(r)[1:]][r["impl"]] = r
+        for op, by_shape in rows.items():
+            ours = {
+                key: next(impls[i] for i in OURS if i in impls)
+                for key, impls in by_shape.items()
+                if any(i in impls for i in OURS)
+            }
+            pct = [
+                f"{ours[key]['pct_of_copy']:.0f}"
+                for shape in BANDWIDTH_SHAPES
+                for key in ours
+                if key[1] == shape
+            ]
+            decode = [r["us"] for key, r in ours.items() if key[1][0] in DECODE_TOKENS]
+            verdicts = []
+            for peer in sorted({i for impls in by_shape.values() for i in impls} - set(OURS)):
+                ratios = [
+                    (impls[peer]["us"] / ours[key]["us"], key[1])
+                    for key, impls in by_shape.items()
+                    if peer in impls and key in ours
+                ]
+                if not ratios:
+                    continue
+                worst, at = min(ratios)
+                won = sum(ratio >= 1 for ratio, _ in ratios)
+                where = f"{worst:.2f} at {list(at)}" if worst < 1 else f">= {worst:.2f}x"
+                verdicts.append(f"{peer} {won}/{len(ratios)} ({where})")
+            slowest = f"{max(decode):.2f}" if decode else "-"
+            lines.append(
+                f"| {group}.{op} | {' / '.join(pct) or '-'} | {slowest} | "
+                + "; ".join(verdicts)
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -84,3 +140,17 @@ def plots(group: str, result: dict, out_dir: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    folder = Path((argv or sys.argv[1:] or ["docs/benchmarks"])[0])
+    results = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+    if not results:
+        print(f"no <group>.json in {folder}", file=sys.stderr)
+        return 2
+    print(summary(results), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -114,9 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     copy = harness.copy_gbps()
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy:.0f} GB/s (read + write)")
     commit_id = commit()
+    results = {}
     for group in args.group or available_suites():
-        result = run_group(group, args.quick, args.out, copy, commit_id)
-        print(report.markdown(group, result))
+        results[group] = run_group(group, args.quick, args.out, copy, commit_id)
+        print(report.markdown(group, results[group]))
+    print(report.summary(results))
     return 0
 
 

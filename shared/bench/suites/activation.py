@@ -17,20 +17,9 @@ import torch
 from kernels_activation import activation, reference
 from shared.bench.harness import Case
 from shared.bench.peers import compiled, has
+from shared.bench.shapes import token_grid
 
-TOKENS = (1, 16, 128, 1024, 8192, 32768)
-HIDDEN = (4096, 7168, 8192)
-QUICK = ((1, 4096), (16, 8192), (1024, 7168), (8192, 4096), (32768, 8192))
 DTYPE = torch.bfloat16
-
-
-def shapes(quick: bool) -> Iterator[tuple[int, int]]:
-    if quick:
-        yield from QUICK
-        return
-    for d in HIDDEN:
-        for tokens in TOKENS:
-            yield tokens, d
 
 
 def _liger_gated(name: str) -> tuple[Callable[[dict], object], bool] | None:
@@ -54,7 +43,7 @@ def gated_cases(name: str, quick: bool) -> Iterator[Case]:
     op = getattr(activation, name)
     ref = getattr(reference, name)
     liger = _liger_gated(name)
-    for tokens, d in shapes(quick):
+    for tokens, d in token_grid(quick):
 
         def make(tokens=tokens, d=d, halves=bool(liger and liger[1])):
             x = torch.randn(tokens, 2 * d, device="cuda").to(DTYPE)
@@ -87,7 +76,7 @@ def relu2_cases(quick: bool) -> Iterator[Case]:
         from liger_kernel.ops.relu_squared import relu_squared_forward
 
         liger = relu_squared_forward
-    for tokens, d in shapes(quick):
+    for tokens, d in token_grid(quick):
 
         def make(tokens=tokens, d=d):
             x = torch.randn(tokens, d, device="cuda").to(DTYPE)

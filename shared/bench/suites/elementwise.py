@@ -27,23 +27,12 @@ from kernels_elementwise import (
 )
 from shared.bench.harness import Case, host_cost_us
 from shared.bench.peers import compiled
+from shared.bench.shapes import token_grid
 
-TOKENS = (1, 16, 128, 1024, 8192, 32768)
-HIDDEN = (4096, 7168, 8192)
-QUICK = ((1, 4096), (16, 8192), (1024, 7168), (8192, 4096), (32768, 8192))
 DTYPE = torch.bfloat16
 HEAD_DIM = 128  # sigmoid_mul: x and gate [T, H, 128], recorded as [T, H * 128]
 GATE_K = 7168  # gate_sigmoid_mul_add: h [T, 7168] (the DeepSeek/Qwen-MoE hidden size)
 SOFTCAP = 30.0
-
-
-def shapes(quick: bool) -> Iterator[tuple[int, int]]:
-    if quick:
-        yield from QUICK
-        return
-    for hidden in HIDDEN:
-        for tokens in TOKENS:
-            yield tokens, hidden
 
 
 def _randn(*shape: int) -> torch.Tensor:
@@ -74,7 +63,7 @@ def add_constant_cases(quick: bool) -> Iterator[Case]:
 
 
 def softcap_cases(quick: bool) -> Iterator[Case]:
-    for tokens, hidden in shapes(quick):
+    for tokens, hidden in token_grid(quick):
 
         def make(tokens=tokens, hidden=hidden):
             x = _randn(tokens, hidden) * 40
@@ -95,7 +84,7 @@ def softcap_cases(quick: bool) -> Iterator[Case]:
 
 
 def sigmoid_mul_cases(quick: bool) -> Iterator[Case]:
-    for tokens, hidden in shapes(quick):
+    for tokens, hidden in token_grid(quick):
         heads = hidden // HEAD_DIM
 
         def make(tokens=tokens, heads=heads):
@@ -119,7 +108,7 @@ def sigmoid_mul_cases(quick: bool) -> Iterator[Case]:
 
 
 def gate_sigmoid_mul_add_cases(quick: bool) -> Iterator[Case]:
-    for tokens, hidden in shapes(quick):
+    for tokens, hidden in token_grid(quick):
 
         def make(tokens=tokens, hidden=hidden):
             h = _randn(tokens, GATE_K)
@@ -159,7 +148,7 @@ def gate_sigmoid_mul_add_cases(quick: bool) -> Iterator[Case]:
 
 
 def fused_dual_residual_rmsnorm_cases(quick: bool) -> Iterator[Case]:
-    for tokens, hidden in shapes(quick):
+    for tokens, hidden in token_grid(quick):
 
         def make(tokens=tokens, hidden=hidden):
             x, residual = _randn(tokens, hidden), _randn(tokens, hidden)

@@ -24,18 +24,12 @@ from kernels_layernorm import (
 )
 from shared.bench.harness import Case, host_cost_us
 from shared.bench.peers import compiled, has
+from shared.bench.shapes import TOKENS, token_grid
 
-TOKENS = (1, 16, 128, 1024, 8192, 32768)
-HIDDEN = (4096, 7168, 8192)
-QUICK = ((1, 4096), (16, 8192), (8192, 4096), (32768, 8192))
 QK_HEADS = ((32, 8),)  # (q heads, k heads) of [T, H, 128]
 HEAD_DIM = 128
 DTYPE = torch.bfloat16
 EPS = 1e-6
-
-
-def _shapes(quick: bool) -> list[tuple[int, int]]:
-    return list(QUICK) if quick else [(t, h) for h in HIDDEN for t in TOKENS]
 
 
 def _weight(hidden: int) -> torch.Tensor:
@@ -113,7 +107,7 @@ def rmsnorm_cases(quick: bool) -> Iterator[Case]:
             gemma_fused_add_rmsnorm,
             reference.gemma_fused_add_rmsnorm,
         )
-    for tokens, hidden in _shapes(quick):
+    for tokens, hidden in token_grid(quick):
         for name, (op, ref) in norms.items():
             yield _norm_case(name, op, ref, tokens, hidden)
         for name, (op, ref) in fused.items():
@@ -158,7 +152,7 @@ def qk_rmsnorm_cases(quick: bool) -> Iterator[Case]:
 
 
 def layernorm_cases(quick: bool) -> Iterator[Case]:
-    shapes = [(8192, 4096), (32768, 8192)] if quick else _shapes(quick)
+    shapes = [(8192, 4096), (32768, 8192)] if quick else token_grid(quick)
     for tokens, hidden in shapes:
 
         def make(tokens=tokens, hidden=hidden):
