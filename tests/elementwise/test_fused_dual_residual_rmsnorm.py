@@ -129,10 +129,11 @@ def test_opcheck():
 
 # --- GPU -----------------------------------------------------------------------------------------
 
-# Packs per row (bf16) pick the kernel: 512 (H=4096, 2 per thread), 896/1024 (7168/8192, 4 per
-# thread), 2048 (16384, 8), 3072 (24576, 8 per thread x 384 threads), 5000 (40000: the loop
-# kernel); 1, 127 and 5128 + 1 leave the 16-byte path (loop kernel, one element per access).
-WIDTHS = (1, 127, 4096, 5128, 5129, 7168, 8192, 16384, 24576, 40000)
+# The width (16-byte vectors per row, bf16) and the row count pick the kernel and layout (see
+# kernels/rowwise.cuh): 8, 256 and 1024 (1, 32, 128 vectors: several rows per block), 4096-24576
+# (one row per block: 2 vectors per thread for at most 2 rows per SM, else 8), 40000 (5000
+# vectors: the loop kernel); 1, 127, 5128 + 1 leave the 16-byte path (the scalar loop kernel).
+WIDTHS = (1, 8, 127, 256, 1024, 4096, 5128, 5129, 7168, 8192, 16384, 24576, 40000)
 TOKENS = (1, 7, 128, 1000)
 
 

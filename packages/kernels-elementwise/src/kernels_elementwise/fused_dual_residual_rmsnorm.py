@@ -23,7 +23,7 @@ FUSED_DUAL_RESIDUAL_RMSNORM_CUDA = ModuleSpec(
     package="kernels_elementwise",
     sources=("csrc/fused_dual_residual_rmsnorm.cuh",),
     exports=(("fused_dual_residual_rmsnorm", "fused_dual_residual_rmsnorm"),),
-    description="CUDA: one block per token, the row held in registers across both norms",
+    description="CUDA: the norms' row-wise plan, the row held in registers across both norms",
 )
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)

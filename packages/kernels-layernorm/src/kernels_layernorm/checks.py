@@ -117,7 +117,7 @@ def eps(op: str, value: object) -> float:
 
 
 def pdl(op: str, enable_pdl: object) -> int:
-    """``enable_pdl`` as the compiled functions take it: -1 auto (on for sm_90+), 0 off, 1 on."""
+    """``enable_pdl`` as the compiled functions take it: -1 auto (small grids, sm_90+), 0, 1."""
     if enable_pdl is None:
         return -1
     if enable_pdl is True or enable_pdl is False:

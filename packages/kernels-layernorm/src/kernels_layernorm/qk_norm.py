@@ -77,7 +77,8 @@ def qk_rmsnorm(
     q_weight, k_weight : [D], the dtype and device of ``q``.
     eps : added to the mean square, a float >= 0.
     backend : force ``cuda`` or ``torch`` instead of the best eligible one.
-    enable_pdl : programmatic dependent launch; None: on where the GPU supports it (sm_90+).
+    enable_pdl : programmatic dependent launch; None: on for grids of at most 8 waves on sm_90+
+        (larger grids run faster without it); True: always; False: never.
     """
     if not checks.eps_ok(eps):
         eps = checks.eps(_OP, eps)

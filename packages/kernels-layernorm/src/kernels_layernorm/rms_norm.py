@@ -152,7 +152,8 @@ def rmsnorm(
     out : optional [..., H] destination like ``input`` (any row strides); may be ``input`` itself.
     backend : force ``cuda`` or ``torch`` instead of the best eligible one.
     enable_pdl : programmatic dependent launch (overlaps this kernel's launch with the previous
-        kernel's tail); None: on where the GPU supports it (sm_90+).
+        kernel's tail); None: on for grids of at most 8 waves on sm_90+ (larger grids run
+        faster without it); True: always; False: never.
     """
     return _normalize(RMSNORM, input, weight, eps, out=out, backend=backend, enable_pdl=enable_pdl)
 

@@ -3,192 +3,227 @@
 //   out = rms(mid) * w2             (from the rounded mid, as a separate rmsnorm of it would)
 // with rms(v) = v / sqrt(mean(v^2) + eps) and sums of squares in fp32.
 //
-// One block per token. Rows up to 4096 16-byte packs (H <= 32768 bf16) stay in registers: the
-// block loads x, residual and w1 once, reduces sum(x^2), writes mid, reduces sum(mid^2) from the
-// rounded values it keeps, loads w2 meanwhile, and writes out. Bytes: read x and residual, write
-// mid and out (w1, w2 are read by every block, from L2). Wider rows, and rows whose H, strides or
-// pointers are not in whole 16-byte packs (one element per access then), take a three-pass loop
-// that re-reads x and mid.
+// On the row-wise plan of the norms (kernels/rowwise.cuh: threads per row, vectors per thread,
+// PDL for small grids), with two kernels:
+//   dual_registers<T, kVectorsPerThread>: 16-byte vectors, the row in registers from its one read
+//     of x and residual to the writes of mid and out (the minimum traffic). w2 is loaded with the
+//     row up to 4 vectors per thread; at 8 (x, residual and w1 already take 96 registers) it is
+//     loaded once mid is formed, before mid's stores (after them it would wait for them).
+//   dual_loop<T, kN>: any row (vectors for rows too long for registers, scalars when H, a pointer
+//     or a row stride is not in whole 16-byte vectors): three passes, re-reading x and mid.
 #pragma once
 
-#include <kernels/checks.h>
-#include <kernels/cuda_dtype.cuh>
-#include <kernels/dtype.h>
-#include <kernels/launch.cuh>
-#include <kernels/pointwise.cuh>
-#include <kernels/reduce.cuh>
+#include <kernels/rowwise.cuh>
 
 #include <cmath>
+#include <utility>
 
 namespace dual_rms_detail {
 
-struct Args {
-  int64_t out, mid, x, residual;  // row strides in elements
-  int64_t accesses;               // per row
-  float inv_hidden;
+struct Params {
+  void* out;
+  void* mid;
+  const void* x;
+  const void* residual;
+  const void* w1;
+  const void* w2;
+  rowwise::RowMap out_map, mid_map, x_map, res_map;
+  uint32_t inner;
+  int64_t rows;
+  int hidden;
   float eps;
+  int tpr, tpr_shift, rows_per_block;
 };
 
-// Each thread owns accesses tid + k * blockDim.x, k < kAcc, for the whole row.
-template <typename T, bool kPacked, int kAcc, int kMaxThreads>
-__global__ void __launch_bounds__(kMaxThreads)
-    cached_kernel(T* __restrict__ out, T* __restrict__ mid, const T* __restrict__ x,
-                  const T* __restrict__ residual, const T* __restrict__ w1,
-                  const T* __restrict__ w2, Args a) {
-  using A = kernels::Access<T, kPacked>;
-  using Raw = typename A::Raw;
-  constexpr int W = A::width;
-  __shared__ float partial[32];
-  const int64_t row = blockIdx.x;
-  const int tid = threadIdx.x, threads = blockDim.x;
-  x += row * a.x;
-  residual += row * a.residual;
-  mid += row * a.mid;
-  out += row * a.out;
-
-  Raw xr[kAcc], rr[kAcc], wr[kAcc];
-#pragma unroll
-  for (int k = 0; k < kAcc; ++k) {
-    const int64_t j = tid + k * threads;
-    if (j < a.accesses) {
-      xr[k] = A::load_stream(x + j * W);
-      rr[k] = A::load_stream(residual + j * W);
-      wr[k] = A::load_cached(w1 + j * W);
-    }
-  }
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kAcc; ++k) {
-    if (tid + k * threads < a.accesses) {
-      float v[W];
-      A::to_floats(xr[k], v);
-#pragma unroll
-      for (int e = 0; e < W; ++e) ss = fmaf(v[e], v[e], ss);
-    }
-  }
-  const float inv1 = rsqrtf(kernels::block_sum(ss, partial) * a.inv_hidden + a.eps);
-
-  float ss2 = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kAcc; ++k) {
-    const int64_t j = tid + k * threads;
-    if (j < a.accesses) {
-      float v[W], r[W], w[W];
-      A::to_floats(xr[k], v);
-      A::to_floats(rr[k], r);
-      A::to_floats(wr[k], w);
-#pragma unroll
-      for (int e = 0; e < W; ++e) v[e] = r[e] + v[e] * inv1 * w[e];
-      xr[k] = A::from_floats(v);  // mid, rounded: stored and reused below
-      A::store_stream(mid + j * W, xr[k]);
-      A::to_floats(xr[k], v);
-#pragma unroll
-      for (int e = 0; e < W; ++e) ss2 = fmaf(v[e], v[e], ss2);
-      wr[k] = A::load_cached(w2 + j * W);
-    }
-  }
-  const float inv2 = rsqrtf(kernels::block_sum(ss2, partial) * a.inv_hidden + a.eps);
-
-#pragma unroll
-  for (int k = 0; k < kAcc; ++k) {
-    const int64_t j = tid + k * threads;
-    if (j < a.accesses) {
-      float m[W], w[W];
-      A::to_floats(xr[k], m);
-      A::to_floats(wr[k], w);
-#pragma unroll
-      for (int e = 0; e < W; ++e) m[e] = m[e] * inv2 * w[e];
-      A::store_stream(out + j * W, A::from_floats(m));
-    }
-  }
-}
-
-constexpr int kLoopThreads = 256;
-
-// Any width: x is read twice and mid once more; each thread re-reads only what it wrote, with
-// coherent loads (no __restrict__ on what this kernel writes or may alias: out may be x).
-template <typename T, bool kPacked>
-__global__ void __launch_bounds__(kLoopThreads)
-    loop_kernel(T* out, T* mid, const T* x, const T* residual, const T* __restrict__ w1,
-                const T* __restrict__ w2, Args a) {
-  using A = kernels::Access<T, kPacked>;
-  constexpr int W = A::width;
-  __shared__ float partial[32];
-  const int64_t row = blockIdx.x;
-  x += row * a.x;
-  residual += row * a.residual;
-  mid += row * a.mid;
-  out += row * a.out;
-
-  float ss = 0.0f;
-  for (int64_t j = threadIdx.x; j < a.accesses; j += kLoopThreads) {
-    float v[W];
-    A::to_floats(A::load(x + j * W), v);
-#pragma unroll
-    for (int e = 0; e < W; ++e) ss = fmaf(v[e], v[e], ss);
-  }
-  const float inv1 = rsqrtf(kernels::block_sum(ss, partial) * a.inv_hidden + a.eps);
-
-  float ss2 = 0.0f;
-  for (int64_t j = threadIdx.x; j < a.accesses; j += kLoopThreads) {
-    float v[W], r[W], w[W];
-    A::to_floats(A::load(x + j * W), v);
-    A::to_floats(A::load(residual + j * W), r);
-    A::to_floats(A::load_cached(w1 + j * W), w);
-#pragma unroll
-    for (int e = 0; e < W; ++e) v[e] = r[e] + v[e] * inv1 * w[e];
-    const auto m = A::from_floats(v);
-    A::store_stream(mid + j * W, m);
-    A::to_floats(m, v);
-#pragma unroll
-    for (int e = 0; e < W; ++e) ss2 = fmaf(v[e], v[e], ss2);
-  }
-  const float inv2 = rsqrtf(kernels::block_sum(ss2, partial) * a.inv_hidden + a.eps);
-
-  for (int64_t j = threadIdx.x; j < a.accesses; j += kLoopThreads) {
-    float m[W], w[W];
-    A::to_floats(A::load(mid + j * W), m);
-    A::to_floats(A::load_cached(w2 + j * W), w);
-#pragma unroll
-    for (int e = 0; e < W; ++e) m[e] = m[e] * inv2 * w[e];
-    A::store_stream(out + j * W, A::from_floats(m));
-  }
-}
-
-inline unsigned threads_for(int64_t accesses, int acc) {
-  const int64_t per = (accesses + acc - 1) / acc;
-  return static_cast<unsigned>((per + 31) / 32 * 32);
-}
-
-// Packed rows: the fewest accesses per thread that keep a block at <= 256 threads (one row of
-// H = 4096 bf16: 2 packs x 256 threads; H = 7168: 4 x 224), then 8 per thread up to 512 threads,
-// then the loop kernel. Scalar rows (H or a stride not in whole packs) take the loop kernel.
 template <typename T>
-void launch_packed(T* out, T* mid, const T* x, const T* residual, const T* w1, const T* w2,
-                   Args a, int64_t tokens, cudaStream_t stream) {
-  const unsigned grid = static_cast<unsigned>(tokens);
-  const int64_t n = a.accesses;
-  if (n <= 256)
-    cached_kernel<T, true, 1, 256>
-        <<<grid, threads_for(n, 1), 0, stream>>>(out, mid, x, residual, w1, w2, a);
-  else if (n <= 512)
-    cached_kernel<T, true, 2, 256>
-        <<<grid, threads_for(n, 2), 0, stream>>>(out, mid, x, residual, w1, w2, a);
-  else if (n <= 1024)
-    cached_kernel<T, true, 4, 256>
-        <<<grid, threads_for(n, 4), 0, stream>>>(out, mid, x, residual, w1, w2, a);
-  else if (n <= 2048)
-    cached_kernel<T, true, 8, 256>
-        <<<grid, threads_for(n, 8), 0, stream>>>(out, mid, x, residual, w1, w2, a);
-  else if (n <= 4096)
-    cached_kernel<T, true, 8, 512>
-        <<<grid, threads_for(n, 8), 0, stream>>>(out, mid, x, residual, w1, w2, a);
-  else
-    loop_kernel<T, true><<<grid, kLoopThreads, 0, stream>>>(out, mid, x, residual, w1, w2, a);
+struct RowPointers {
+  T* out;
+  T* mid;
+  const T* x;
+  const T* residual;
+};
+
+template <typename T>
+__device__ __forceinline__ RowPointers<T> row_pointers(const Params& p, int64_t row) {
+  return {static_cast<T*>(p.out) + rowwise::row_offset(p.out_map, row, p.inner),
+          static_cast<T*>(p.mid) + rowwise::row_offset(p.mid_map, row, p.inner),
+          static_cast<const T*>(p.x) + rowwise::row_offset(p.x_map, row, p.inner),
+          static_cast<const T*>(p.residual) + rowwise::row_offset(p.res_map, row, p.inner)};
 }
 
-inline int64_t row_stride(const tvm::ffi::TensorView& t) {
-  return t.size(0) == 1 ? 0 : t.stride(0);
+// mid = round(r + x * rstd * w), in fp32.
+template <typename T, int kN>
+__device__ __forceinline__ rowwise::Pack<T, kN> residual_add(const rowwise::Pack<T, kN>& x,
+                                                             const rowwise::Pack<T, kN>& r,
+                                                             const rowwise::Pack<T, kN>& w,
+                                                             float rstd) {
+  float a[kN], b[kN], c[kN];
+  x.to_floats(a);
+  r.to_floats(b);
+  w.to_floats(c);
+#pragma unroll
+  for (int k = 0; k < kN; ++k) a[k] = b[k] + a[k] * rstd * c[k];
+  rowwise::Pack<T, kN> m;
+  m.from_floats(a);
+  return m;
+}
+
+template <typename T, int kVectorsPerThread>
+__global__ void __launch_bounds__(rowwise::kMaxBlock)
+    dual_registers(bool pdl, const __grid_constant__ Params p) {
+  constexpr int kN = 16 / sizeof(T);
+  constexpr bool kEarlyW2 = kVectorsPerThread <= 4;
+  using Pack = rowwise::Pack<T, kN>;
+  __shared__ float shared_x[32], shared_mid[32];
+  const rowwise::RowThread th = rowwise::row_thread(p.tpr, p.tpr_shift, p.rows_per_block);
+  const int vectors = th.row < p.rows ? p.hidden / kN : 0;
+  const RowPointers<T> ptr = row_pointers<T>(p, th.row);
+  const T* w1 = static_cast<const T*>(p.w1);
+  const T* w2 = static_cast<const T*>(p.w2);
+  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+
+  if (pdl) kernels::pdl_wait();
+  Pack x[kVectorsPerThread], r[kVectorsPerThread], w[kVectorsPerThread], v[kVectorsPerThread];
+#pragma unroll
+  for (int j = 0; j < kVectorsPerThread; ++j) {
+    const int i = th.lane + j * p.tpr;
+    if (i < vectors) {
+      x[j].load_stream(ptr.x + i * kN);
+    } else {
+      x[j].zero();
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kVectorsPerThread; ++j) {
+    const int i = th.lane + j * p.tpr;
+    if (i < vectors) {
+      r[j].load_stream(ptr.residual + i * kN);
+      w[j].load_shared(w1 + i * kN);
+      if constexpr (kEarlyW2) v[j].load_shared(w2 + i * kN);
+    }
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kVectorsPerThread; ++j) ss = rowwise::sum_squares(x[j], ss);
+  const float rstd1 = rsqrtf(rowwise::row_sum(ss, p.tpr, shared_x) * inv_hidden + p.eps);
+  // mid replaces x in registers; lanes past the row keep zeros.
+#pragma unroll
+  for (int j = 0; j < kVectorsPerThread; ++j) {
+    if (th.lane + j * p.tpr < vectors) x[j] = residual_add(x[j], r[j], w[j], rstd1);
+  }
+  if constexpr (!kEarlyW2) {
+#pragma unroll
+    for (int j = 0; j < kVectorsPerThread; ++j) {
+      const int i = th.lane + j * p.tpr;
+      if (i < vectors) v[j].load_shared(w2 + i * kN);
+    }
+  }
+  float ss2 = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kVectorsPerThread; ++j) {
+    const int i = th.lane + j * p.tpr;
+    if (i < vectors) x[j].store(ptr.mid + i * kN);
+    ss2 = rowwise::sum_squares(x[j], ss2);
+  }
+  const float rstd2 = rsqrtf(rowwise::row_sum(ss2, p.tpr, shared_mid) * inv_hidden + p.eps);
+  if (pdl) kernels::pdl_launch_dependents();
+#pragma unroll
+  for (int j = 0; j < kVectorsPerThread; ++j) {
+    const int i = th.lane + j * p.tpr;
+    if (i < vectors) rowwise::scale(x[j], v[j], rstd2, 0.0f).store(ptr.out + i * kN);
+  }
+}
+
+// Any row. Each thread re-reads only what it read or wrote itself (same indices), so out may be x
+// and mid may be residual without a barrier.
+template <typename T, int kN>
+__global__ void __launch_bounds__(rowwise::kMaxBlock)
+    dual_loop(bool pdl, const __grid_constant__ Params p) {
+  constexpr int kBatch = rowwise::kLoopBatch;
+  using Pack = rowwise::Pack<T, kN>;
+  __shared__ float shared_x[32], shared_mid[32];
+  const rowwise::RowThread th = rowwise::row_thread(p.tpr, p.tpr_shift, p.rows_per_block);
+  const int n = th.row < p.rows ? p.hidden / kN : 0;
+  const RowPointers<T> ptr = row_pointers<T>(p, th.row);
+  const T* w1 = static_cast<const T*>(p.w1);
+  const T* w2 = static_cast<const T*>(p.w2);
+  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  const int step = p.tpr;
+
+  if (pdl) kernels::pdl_wait();
+  float ss = 0.0f;
+  for (int base = th.lane; base < n; base += kBatch * step) {
+    Pack x[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * step;
+      if (i < n) {
+        x[u].load(ptr.x + i * kN);  // not streaming: the second pass reads it again
+      } else {
+        x[u].zero();
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) ss = rowwise::sum_squares(x[u], ss);
+  }
+  const float rstd1 = rsqrtf(rowwise::row_sum(ss, p.tpr, shared_x) * inv_hidden + p.eps);
+  float ss2 = 0.0f;
+  for (int base = th.lane; base < n; base += kBatch * step) {
+    Pack x[kBatch], r[kBatch], w[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * step;
+      if (i < n) {
+        x[u].load(ptr.x + i * kN);
+        r[u].load_stream(ptr.residual + i * kN);
+        w[u].load_shared(w1 + i * kN);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * step;
+      if (i < n) {
+        const Pack m = residual_add(x[u], r[u], w[u], rstd1);
+        m.store(ptr.mid + i * kN);
+        ss2 = rowwise::sum_squares(m, ss2);
+      }
+    }
+  }
+  const float rstd2 = rsqrtf(rowwise::row_sum(ss2, p.tpr, shared_mid) * inv_hidden + p.eps);
+  if (pdl) kernels::pdl_launch_dependents();
+  for (int base = th.lane; base < n; base += kBatch * step) {
+    Pack m[kBatch], w[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * step;
+      if (i < n) {
+        m[u].load(ptr.mid + i * kN);
+        w[u].load_shared(w2 + i * kN);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * step;
+      if (i < n) rowwise::scale(m[u], w[u], rstd2, 0.0f).store(ptr.out + i * kN);
+    }
+  }
+}
+
+template <typename T>
+void launch_typed(const char* op, Params& p, bool vector, int device, cudaStream_t stream) {
+  constexpr int kVec = 16 / sizeof(T);
+  constexpr int kAuto = -1;  // PDL where the grid is small (kernels::pdl_for_grid)
+  const int vectors = p.hidden / kVec;
+  if (vector && vectors <= rowwise::kRegisterMaxVectors) {
+    return rowwise::launch_registers(op,
+                                     {dual_registers<T, 1>, dual_registers<T, 2>,
+                                      dual_registers<T, 4>, dual_registers<T, 8>},
+                                     vectors, p, stream, kAuto, device);
+  }
+  if (vector) {
+    return rowwise::launch_loop(op, dual_loop<T, kVec>, vectors, p, stream, kAuto, device);
+  }
+  rowwise::launch_loop(op, dual_loop<T, 1>, p.hidden, p, stream, kAuto, device);
 }
 
 }  // namespace dual_rms_detail
@@ -212,7 +247,9 @@ inline void fused_dual_residual_rmsnorm(tvm::ffi::TensorView out, tvm::ffi::Tens
   TVM_FFI_CHECK(w1.size(0) == hidden && w2.size(0) == hidden, ValueError)
       << kOp << ": w1 " << kernels::shape_string(w1) << " and w2 " << kernels::shape_string(w2)
       << " must be [H] for x " << kernels::shape_string(x);
-  TVM_FFI_CHECK(tokens < (int64_t{1} << 31), ValueError) << kOp << ": more than 2^31 - 1 rows";
+  TVM_FFI_CHECK(tokens < (int64_t{1} << 31) && hidden < (int64_t{1} << 30), ValueError)
+      << kOp << ": x " << kernels::shape_string(x) << " is too large (at most 2^31 - 1 rows of "
+      << "at most 2^30 elements)";
   TVM_FFI_CHECK(std::isfinite(eps) && eps >= 0.0, ValueError)
       << kOp << ": eps must be finite and >= 0, got " << eps;
   for (const auto& [name, t] : {std::pair<const char*, const tvm::ffi::TensorView*>{"out", &out},
@@ -226,38 +263,40 @@ inline void fused_dual_residual_rmsnorm(tvm::ffi::TensorView out, tvm::ffi::Tens
     kernels::check_same_device(kOp, name, *t, "x", x);
     kernels::check_last_dim_contiguous(kOp, name, *t);
   }
-  TVM_FFI_CHECK(kernels::data_at(out) != kernels::data_at(mid) || tokens * hidden == 0,
+  TVM_FFI_CHECK(rowwise::data(out) != rowwise::data(mid) || tokens * hidden == 0,
                 ValueError)
       << kOp << ": out and mid must be different buffers";
   if (tokens == 0 || hidden == 0) return;
+  const tvm::ffi::TensorView* tensors[] = {&out, &mid, &x, &residual};
+  const rowwise::RowLayout rows = rowwise::row_layout(kOp, "x", tensors, 4);
+
+  detail::Params p{};
+  p.out = rowwise::data(out);
+  p.mid = rowwise::data(mid);
+  p.x = rowwise::data(x);
+  p.residual = rowwise::data(residual);
+  p.w1 = rowwise::data(w1);
+  p.w2 = rowwise::data(w2);
+  p.out_map = rows.map[0];
+  p.mid_map = rows.map[1];
+  p.x_map = rows.map[2];
+  p.res_map = rows.map[3];
+  p.inner = static_cast<uint32_t>(rows.inner);
+  p.rows = rows.rows();
+  p.hidden = static_cast<int>(hidden);
+  p.eps = static_cast<float>(eps);
+  const int vec = 16 / (x.dtype().bits / 8);
+  bool vector = hidden % vec == 0;
+  for (const void* ptr : {p.x, p.residual, p.w1, p.w2, const_cast<const void*>(p.out),
+                          const_cast<const void*>(p.mid)})
+    vector = vector && kernels::is_aligned(ptr);
+  for (const rowwise::RowMap& m : rows.map) vector = vector && rowwise::strides_allow_vectors(m, vec);
+
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(x);
+  const int device = x.device().device_id;
   cudaStream_t stream = kernels::current_stream(x);
   // 4. Dispatch on dtype and launch.
-  KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
-    T* o = reinterpret_cast<T*>(kernels::data_at(out));
-    T* m = reinterpret_cast<T*>(kernels::data_at(mid));
-    const T* xp = reinterpret_cast<const T*>(kernels::data_at(x));
-    const T* rp = reinterpret_cast<const T*>(kernels::data_at(residual));
-    const T* w1p = reinterpret_cast<const T*>(kernels::data_at(w1));
-    const T* w2p = reinterpret_cast<const T*>(kernels::data_at(w2));
-    detail::Args a{detail::row_stride(out), detail::row_stride(mid), detail::row_stride(x),
-                   detail::row_stride(residual), 0, static_cast<float>(1.0 / hidden),
-                   static_cast<float>(eps)};
-    const bool packed =
-        kernels::packs_fit(o, hidden, a.out, sizeof(T)) &&
-        kernels::packs_fit(m, hidden, a.mid, sizeof(T)) &&
-        kernels::packs_fit(xp, hidden, a.x, sizeof(T)) &&
-        kernels::packs_fit(rp, hidden, a.residual, sizeof(T)) && kernels::is_aligned(w1p) &&
-        kernels::is_aligned(w2p);
-    if (packed) {
-      a.accesses = hidden / kernels::Pack<T>::size;
-      detail::launch_packed<T>(o, m, xp, rp, w1p, w2p, a, tokens, stream);
-    } else {
-      a.accesses = hidden;
-      detail::loop_kernel<T, false><<<static_cast<unsigned>(tokens), detail::kLoopThreads, 0,
-                                      stream>>>(o, m, xp, rp, w1p, w2p, a);
-    }
-  });
-  kernels::check_launch(kOp);
+  KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T,
+                         [&] { detail::launch_typed<T>(kOp, p, vector, device, stream); });
 }

@@ -1,6 +1,6 @@
 // layernorm, CUDA: y = (x - mean) * rsqrt(var + eps) * w (+ b), mean and the biased variance in
 // fp32 over the last dim, y rounded once. Two kernels, as for the RMSNorm family
-// (norm_common.cuh has the thread layout):
+// (kernels/rowwise.cuh has the thread layout):
 //
 //   layernorm_registers<T, kVectorsPerThread>: 16-byte vectors, the row in registers; the variance
 //     is the exact two-pass sum of (x - mean)^2 over those registers (no E[x^2] - mean^2
@@ -11,7 +11,7 @@
 
 #include <tvm/ffi/optional.h>
 
-#include "norm_common.cuh"
+#include <kernels/rowwise.cuh>
 
 namespace layernorm_detail {
 
@@ -73,7 +73,7 @@ __device__ __forceinline__ rowwise::Pack<T, kN> normalize(const rowwise::Pack<T,
 
 template <typename T, int kVectorsPerThread>
 __global__ void __launch_bounds__(rowwise::kMaxBlock)
-    layernorm_registers(const __grid_constant__ Params p) {
+    layernorm_registers(bool pdl, const __grid_constant__ Params p) {
   constexpr int kN = 16 / sizeof(T);
   using Pack = rowwise::Pack<T, kN>;
   __shared__ float shared_mean[32], shared_var[32];
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
   const T* bias = static_cast<const T*>(p.bias);
   const bool has_bias = bias != nullptr;
 
-  kernels::pdl_wait();
+  if (pdl) kernels::pdl_wait();
   Pack x[kVectorsPerThread], w[kVectorsPerThread], b[kVectorsPerThread];
 #pragma unroll
   for (int j = 0; j < kVectorsPerThread; ++j) {
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
     if (th.lane + j * p.tpr < vectors) acc = centered_squares(x[j], mean, acc);
   }
   const float var = rowwise::row_sum(acc, p.tpr, shared_var) * inv_hidden;
-  kernels::pdl_launch_dependents();
+  if (pdl) kernels::pdl_launch_dependents();
   const float rstd = rsqrtf(var + p.eps);
 #pragma unroll
   for (int j = 0; j < kVectorsPerThread; ++j) {
@@ -124,11 +124,9 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
   }
 }
 
-constexpr int kLoopBatch = 4;
-
 template <typename T, int kN>
 __global__ void __launch_bounds__(rowwise::kMaxBlock)
-    layernorm_loop(const __grid_constant__ Params p) {
+    layernorm_loop(bool pdl, const __grid_constant__ Params p) {
   using Pack = rowwise::Pack<T, kN>;
   __shared__ float shared_mean[32], shared_var[32];
   const rowwise::RowThread th = rowwise::row_thread(p.tpr, p.tpr_shift, p.rows_per_block);
@@ -141,12 +139,12 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
   const int step = p.tpr;
   const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
 
-  kernels::pdl_wait();
+  if (pdl) kernels::pdl_wait();
   float acc = 0.0f;
-  for (int base = th.lane; base < n; base += kLoopBatch * step) {
-    Pack x[kLoopBatch];
+  for (int base = th.lane; base < n; base += rowwise::kLoopBatch * step) {
+    Pack x[rowwise::kLoopBatch];
 #pragma unroll
-    for (int u = 0; u < kLoopBatch; ++u) {
+    for (int u = 0; u < rowwise::kLoopBatch; ++u) {
       const int i = base + u * step;
       if (i < n) {
         x[u].load(in + i * kN);
@@ -155,29 +153,29 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
       }
     }
 #pragma unroll
-    for (int u = 0; u < kLoopBatch; ++u) acc = sum(x[u], acc);
+    for (int u = 0; u < rowwise::kLoopBatch; ++u) acc = sum(x[u], acc);
   }
   const float mean = rowwise::row_sum(acc, p.tpr, shared_mean) * inv_hidden;
   acc = 0.0f;
-  for (int base = th.lane; base < n; base += kLoopBatch * step) {
-    Pack x[kLoopBatch];
+  for (int base = th.lane; base < n; base += rowwise::kLoopBatch * step) {
+    Pack x[rowwise::kLoopBatch];
 #pragma unroll
-    for (int u = 0; u < kLoopBatch; ++u) {
+    for (int u = 0; u < rowwise::kLoopBatch; ++u) {
       const int i = base + u * step;
       if (i < n) x[u].load(in + i * kN);
     }
 #pragma unroll
-    for (int u = 0; u < kLoopBatch; ++u) {
+    for (int u = 0; u < rowwise::kLoopBatch; ++u) {
       if (base + u * step < n) acc = centered_squares(x[u], mean, acc);
     }
   }
   const float var = rowwise::row_sum(acc, p.tpr, shared_var) * inv_hidden;
-  kernels::pdl_launch_dependents();
+  if (pdl) kernels::pdl_launch_dependents();
   const float rstd = rsqrtf(var + p.eps);
-  for (int base = th.lane; base < n; base += kLoopBatch * step) {
-    Pack x[kLoopBatch], w[kLoopBatch], b[kLoopBatch];
+  for (int base = th.lane; base < n; base += rowwise::kLoopBatch * step) {
+    Pack x[rowwise::kLoopBatch], w[rowwise::kLoopBatch], b[rowwise::kLoopBatch];
 #pragma unroll
-    for (int u = 0; u < kLoopBatch; ++u) {
+    for (int u = 0; u < rowwise::kLoopBatch; ++u) {
       const int i = base + u * step;
       if (i < n) {
         x[u].load(in + i * kN);
@@ -186,7 +184,7 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
       }
     }
 #pragma unroll
-    for (int u = 0; u < kLoopBatch; ++u) {
+    for (int u = 0; u < rowwise::kLoopBatch; ++u) {
       const int i = base + u * step;
       if (i < n) normalize(x[u], w[u], b[u], has_bias, mean, rstd).store(out + i * kN);
     }
@@ -195,35 +193,21 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
 
 template <typename T>
 void launch_typed(const char* op, Params& p, bool vector, int device, cudaStream_t stream,
-                  bool pdl) {
+                  int enable_pdl) {
   constexpr int kVec = 16 / sizeof(T);
-  auto apply = [&](const rowwise::Plan& plan) {
-    p.tpr = plan.tpr;
-    p.tpr_shift = plan.tpr_shift;
-    p.rows_per_block = plan.rows_per_block;
-  };
-  if (vector && p.hidden / kVec <= rowwise::kRegisterMaxVectors) {
-    const rowwise::Plan plan = rowwise::plan_registers(p.hidden / kVec, p.rows, device);
-    apply(plan);
-    switch (plan.vectors_per_thread) {
-      case 1:
-        return rowwise::launch(op, layernorm_registers<T, 1>, plan, stream, pdl, p);
-      case 2:
-        return rowwise::launch(op, layernorm_registers<T, 2>, plan, stream, pdl, p);
-      case 4:
-        return rowwise::launch(op, layernorm_registers<T, 4>, plan, stream, pdl, p);
-      default:
-        return rowwise::launch(op, layernorm_registers<T, 8>, plan, stream, pdl, p);
-    }
+  const int vectors = p.hidden / kVec;
+  if (vector && vectors <= rowwise::kRegisterMaxVectors) {
+    return rowwise::launch_registers(
+        op,
+        {layernorm_registers<T, 1>, layernorm_registers<T, 2>, layernorm_registers<T, 4>,
+         layernorm_registers<T, 8>},
+        vectors, p, stream, enable_pdl, device);
   }
   if (vector) {
-    const rowwise::Plan plan = rowwise::plan_loop(p.hidden / kVec, p.rows, device);
-    apply(plan);
-    return rowwise::launch(op, layernorm_loop<T, kVec>, plan, stream, pdl, p);
+    return rowwise::launch_loop(op, layernorm_loop<T, kVec>, vectors, p, stream, enable_pdl,
+                                device);
   }
-  const rowwise::Plan plan = rowwise::plan_loop(p.hidden, p.rows, device);
-  apply(plan);
-  rowwise::launch(op, layernorm_loop<T, 1>, plan, stream, pdl, p);
+  rowwise::launch_loop(op, layernorm_loop<T, 1>, p.hidden, p, stream, enable_pdl, device);
 }
 
 }  // namespace layernorm_detail
@@ -275,9 +259,8 @@ inline void layernorm(tvm::ffi::TensorView out, tvm::ffi::TensorView input,
   kernels::DeviceGuard guard(input);
   const int device = input.device().device_id;
   cudaStream_t stream = kernels::current_stream(input);
-  const bool pdl = kernels::pdl_enabled(static_cast<int>(enable_pdl), device);
   // 4. Dispatch on dtype and launch.
   KERNELS_DISPATCH_FLOAT(input.dtype(), kOp, T, [&] {
-    layernorm_detail::launch_typed<T>(kOp, p, vector, device, stream, pdl);
+    layernorm_detail::launch_typed<T>(kOp, p, vector, device, stream, static_cast<int>(enable_pdl));
   });
 }

@@ -1,5 +1,5 @@
 // The RMSNorm family, CUDA: rmsnorm, gemma_rmsnorm, fused_add_rmsnorm, gemma_fused_add_rmsnorm
-// and qk_rmsnorm, all on two kernels (see norm_common.cuh for the thread layout):
+// and qk_rmsnorm, all on two kernels (see kernels/rowwise.cuh for the thread layout):
 //
 //   rmsnorm_registers<T, kVectorsPerThread, kFused>: 16-byte vectors; the row stays in registers
 //     from its one read to the write (the minimum traffic). Rows up to kRegisterMaxVectors.
@@ -15,7 +15,7 @@
 // residual alone). qk_rmsnorm is one launch over the heads of q, then the heads of k.
 #pragma once
 
-#include "norm_common.cuh"
+#include <kernels/rowwise.cuh>
 
 namespace rmsnorm_detail {
 
@@ -74,33 +74,9 @@ __device__ __forceinline__ void add_round(rowwise::Pack<T, kN>& x, const rowwise
   x.from_floats(a);
 }
 
-template <typename T, int kN>
-__device__ __forceinline__ float sum_squares(const rowwise::Pack<T, kN>& x, float acc) {
-  float f[kN];
-  x.to_floats(f);
-#pragma unroll
-  for (int k = 0; k < kN; ++k) acc = fmaf(f[k], f[k], acc);
-  return acc;
-}
-
-// y = x * rstd * (w + offset), rounded once.
-template <typename T, int kN>
-__device__ __forceinline__ rowwise::Pack<T, kN> scale(const rowwise::Pack<T, kN>& x,
-                                                      const rowwise::Pack<T, kN>& w, float rstd,
-                                                      float offset) {
-  float a[kN], b[kN];
-  x.to_floats(a);
-  w.to_floats(b);
-#pragma unroll
-  for (int k = 0; k < kN; ++k) a[k] = a[k] * rstd * (b[k] + offset);
-  rowwise::Pack<T, kN> y;
-  y.from_floats(a);
-  return y;
-}
-
 template <typename T, int kVectorsPerThread, bool kFused>
 __global__ void __launch_bounds__(rowwise::kMaxBlock)
-    rmsnorm_registers(const __grid_constant__ Params p) {
+    rmsnorm_registers(bool pdl, const __grid_constant__ Params p) {
   constexpr int kN = 16 / sizeof(T);
   using Pack = rowwise::Pack<T, kN>;
   __shared__ float shared[32];
@@ -108,7 +84,7 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
   const int vectors = th.row < p.rows ? p.hidden / kN : 0;
   const RowPointers<T> ptr = row_pointers<T>(p, th.row);
 
-  kernels::pdl_wait();
+  if (pdl) kernels::pdl_wait();
   Pack x[kVectorsPerThread];
 #pragma unroll
   for (int j = 0; j < kVectorsPerThread; ++j) {
@@ -146,27 +122,23 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
   }
   float ss = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kVectorsPerThread; ++j) ss = sum_squares(x[j], ss);
+  for (int j = 0; j < kVectorsPerThread; ++j) ss = rowwise::sum_squares(x[j], ss);
   ss = rowwise::row_sum(ss, p.tpr, shared);
-  kernels::pdl_launch_dependents();
+  if (pdl) kernels::pdl_launch_dependents();
   const float rstd = rsqrtf(ss / static_cast<float>(p.hidden) + p.eps);
 #pragma unroll
   for (int j = 0; j < kVectorsPerThread; ++j) {
     const int i = th.lane + j * p.tpr;
-    if (i < vectors) scale(x[j], w[j], rstd, p.weight_offset).store(ptr.out + i * kN);
+    if (i < vectors) rowwise::scale(x[j], w[j], rstd, p.weight_offset).store(ptr.out + i * kN);
   }
 }
-
-// Accesses per thread and pass issued together before their first use (their loads in flight at
-// once even when out aliases the input, which keeps the compiler from reordering across stores).
-constexpr int kLoopBatch = 4;
 
 // Rows of the fused ops up to this many vectors (512 bf16 values) take the loop kernel.
 constexpr int kFusedLoopMaxVectors = 64;
 
 template <typename T, int kN, bool kFused>
 __global__ void __launch_bounds__(rowwise::kMaxBlock)
-    rmsnorm_loop(const __grid_constant__ Params p) {
+    rmsnorm_loop(bool pdl, const __grid_constant__ Params p) {
   using Pack = rowwise::Pack<T, kN>;
   __shared__ float shared[32];
   const rowwise::RowThread th = rowwise::row_thread(p.tpr, p.tpr_shift, p.rows_per_block);
@@ -174,12 +146,12 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
   const RowPointers<T> ptr = row_pointers<T>(p, th.row);
   const int step = p.tpr;
 
-  kernels::pdl_wait();
+  if (pdl) kernels::pdl_wait();
   float ss = 0.0f;
-  for (int base = th.lane; base < n; base += kLoopBatch * step) {
-    Pack x[kLoopBatch];
+  for (int base = th.lane; base < n; base += rowwise::kLoopBatch * step) {
+    Pack x[rowwise::kLoopBatch];
 #pragma unroll
-    for (int u = 0; u < kLoopBatch; ++u) {
+    for (int u = 0; u < rowwise::kLoopBatch; ++u) {
       const int i = base + u * step;
       if (i < n) {
         x[u].load(ptr.in + i * kN);  // not streaming: the second pass reads the row again
@@ -188,14 +160,14 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
       }
     }
     if constexpr (kFused) {
-      Pack r[kLoopBatch];
+      Pack r[rowwise::kLoopBatch];
 #pragma unroll
-      for (int u = 0; u < kLoopBatch; ++u) {
+      for (int u = 0; u < rowwise::kLoopBatch; ++u) {
         const int i = base + u * step;
         if (i < n) r[u].load(ptr.res + i * kN);
       }
 #pragma unroll
-      for (int u = 0; u < kLoopBatch; ++u) {
+      for (int u = 0; u < rowwise::kLoopBatch; ++u) {
         const int i = base + u * step;
         if (i < n) {
           add_round(x[u], r[u]);
@@ -204,18 +176,18 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
       }
     }
 #pragma unroll
-    for (int u = 0; u < kLoopBatch; ++u) ss = sum_squares(x[u], ss);
+    for (int u = 0; u < rowwise::kLoopBatch; ++u) ss = rowwise::sum_squares(x[u], ss);
   }
   ss = rowwise::row_sum(ss, p.tpr, shared);
-  kernels::pdl_launch_dependents();
+  if (pdl) kernels::pdl_launch_dependents();
   const float rstd = rsqrtf(ss / static_cast<float>(p.hidden) + p.eps);
   // The fused ops normalise the rounded sum this thread stored in the first pass (same indices,
   // same thread: no barrier needed).
   const T* src = kFused ? ptr.res : ptr.in;
-  for (int base = th.lane; base < n; base += kLoopBatch * step) {
-    Pack x[kLoopBatch], w[kLoopBatch];
+  for (int base = th.lane; base < n; base += rowwise::kLoopBatch * step) {
+    Pack x[rowwise::kLoopBatch], w[rowwise::kLoopBatch];
 #pragma unroll
-    for (int u = 0; u < kLoopBatch; ++u) {
+    for (int u = 0; u < rowwise::kLoopBatch; ++u) {
       const int i = base + u * step;
       if (i < n) {
         x[u].load(src + i * kN);
@@ -223,52 +195,44 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
       }
     }
 #pragma unroll
-    for (int u = 0; u < kLoopBatch; ++u) {
+    for (int u = 0; u < rowwise::kLoopBatch; ++u) {
       const int i = base + u * step;
-      if (i < n) scale(x[u], w[u], rstd, p.weight_offset).store(ptr.out + i * kN);
+      if (i < n) rowwise::scale(x[u], w[u], rstd, p.weight_offset).store(ptr.out + i * kN);
     }
+  }
+}
+
+// The register kernel's instantiations by vectors per thread (1, 2, 4, 8). The fused ops have no
+// one-vector kernel: their short rows take the loop kernel (see launch_typed).
+template <typename T, bool kFused>
+std::array<rowwise::RowKernel<Params>, 4> register_kernels() {
+  if constexpr (kFused) {
+    return {nullptr, rmsnorm_registers<T, 2, true>, rmsnorm_registers<T, 4, true>,
+            rmsnorm_registers<T, 8, true>};
+  } else {
+    return {rmsnorm_registers<T, 1, false>, rmsnorm_registers<T, 2, false>,
+            rmsnorm_registers<T, 4, false>, rmsnorm_registers<T, 8, false>};
   }
 }
 
 template <typename T, bool kFused>
 void launch_typed(const char* op, Params& p, bool vector, int device, cudaStream_t stream,
-                  bool pdl) {
+                  int enable_pdl) {
   constexpr int kVec = 16 / sizeof(T);
-  auto apply = [&](const rowwise::Plan& plan) {
-    p.tpr = plan.tpr;
-    p.tpr_shift = plan.tpr_shift;
-    p.rows_per_block = plan.rows_per_block;
-  };
   const int vectors = p.hidden / kVec;
   // The fused ops serve residual streams (hidden >= 1024 in practice): rows of at most
   // kFusedLoopMaxVectors take the loop kernel, which spares the one-vector instantiation per
   // dtype (build time) at the cost of a second, L1-resident read of a short row.
   if (vector && vectors <= rowwise::kRegisterMaxVectors &&
       (!kFused || vectors > kFusedLoopMaxVectors)) {
-    const rowwise::Plan plan = rowwise::plan_registers(vectors, p.rows, device);
-    apply(plan);
-    switch (plan.vectors_per_thread) {
-      case 1:
-        if constexpr (!kFused)
-          return rowwise::launch(op, rmsnorm_registers<T, 1, kFused>, plan, stream, pdl, p);
-        break;
-      case 2:
-        return rowwise::launch(op, rmsnorm_registers<T, 2, kFused>, plan, stream, pdl, p);
-      case 4:
-        return rowwise::launch(op, rmsnorm_registers<T, 4, kFused>, plan, stream, pdl, p);
-      default:
-        return rowwise::launch(op, rmsnorm_registers<T, 8, kFused>, plan, stream, pdl, p);
-    }
-    TVM_FFI_THROW(InternalError) << op << ": no register kernel for " << vectors << " vectors";
+    return rowwise::launch_registers(op, register_kernels<T, kFused>(), vectors, p, stream,
+                                     enable_pdl, device);
   }
   if (vector) {
-    const rowwise::Plan plan = rowwise::plan_loop(vectors, p.rows, device);
-    apply(plan);
-    return rowwise::launch(op, rmsnorm_loop<T, kVec, kFused>, plan, stream, pdl, p);
+    return rowwise::launch_loop(op, rmsnorm_loop<T, kVec, kFused>, vectors, p, stream, enable_pdl,
+                                device);
   }
-  const rowwise::Plan plan = rowwise::plan_loop(p.hidden, p.rows, device);
-  apply(plan);
-  rowwise::launch(op, rmsnorm_loop<T, 1, kFused>, plan, stream, pdl, p);
+  rowwise::launch_loop(op, rmsnorm_loop<T, 1, kFused>, p.hidden, p, stream, enable_pdl, device);
 }
 
 template <bool kFused>
@@ -278,10 +242,10 @@ void launch(const char* op, Params& p, const tvm::ffi::TensorView& like, bool ve
   kernels::DeviceGuard guard(like);
   const int device = like.device().device_id;
   cudaStream_t stream = kernels::current_stream(like);
-  const bool pdl = kernels::pdl_enabled(static_cast<int>(enable_pdl), device);
   // 4. Dispatch on dtype and launch.
-  KERNELS_DISPATCH_FLOAT(like.dtype(), op, T,
-                         [&] { launch_typed<T, kFused>(op, p, vector, device, stream, pdl); });
+  KERNELS_DISPATCH_FLOAT(like.dtype(), op, T, [&] {
+    launch_typed<T, kFused>(op, p, vector, device, stream, static_cast<int>(enable_pdl));
+  });
 }
 
 inline int vector_elems(const tvm::ffi::TensorView& t) { return 16 / (t.dtype().bits / 8); }

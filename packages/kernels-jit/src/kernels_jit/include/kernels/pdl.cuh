@@ -8,7 +8,10 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <utility>
+
+#include "launch.cuh"
 
 namespace kernels {
 
@@ -37,9 +40,19 @@ inline bool pdl_supported(int device) {
   return major >= 9;
 }
 
-// `enable`: 1 on, 0 off, negative: on where the device supports it (the default of the ops).
-inline bool pdl_enabled(int enable, int device) {
-  return enable > 0 || (enable < 0 && pdl_supported(device));
+// Grids of up to this many waves run with PDL by default (see pointwise.cuh for the measurements:
+// PDL saves the gap between back-to-back small kernels, while in grids of tens of thousands of
+// short blocks the two instructions cost up to 20% of the bandwidth).
+constexpr int kPdlMaxWaves = 8;
+
+// Whether to launch a grid with PDL. `enable`: 1 on, 0 off, negative: auto, on for sm_90+ grids
+// of at most kPdlMaxWaves waves. A wave is the blocks resident at once, estimated from the threads
+// (2048 per SM, at most 32 blocks per SM); kernels use fewer registers than would lower that.
+inline bool pdl_for_grid(int enable, int device, unsigned grid, unsigned block) {
+  if (enable >= 0) return enable > 0;
+  if (!pdl_supported(device)) return false;
+  const unsigned per_sm = std::min(32u, std::max(1u, 2048u / block));
+  return grid <= static_cast<unsigned>(kPdlMaxWaves) * per_sm * sm_count(device);
 }
 
 // Launches `kernel` on `stream`, with the PDL attribute when `pdl` is true. Returns the launch

@@ -238,7 +238,6 @@ inline bool packs_fit(const void* ptr, int64_t cols, int64_t row_stride, int64_t
 //     sweep's kernels of the same layout without the instructions reached 93-99% and 96%.
 
 constexpr int kPointwiseThreads = 128;
-constexpr int kPdlMaxWaves = 8;
 
 inline unsigned pointwise_blocks(int64_t work) {
   return std::max(1u, ceil_div(work, int64_t{kPointwiseThreads}));
@@ -249,10 +248,8 @@ inline unsigned pointwise_blocks(int64_t work) {
 template <typename... Params, typename... Args>
 inline void launch_pointwise(void (*kernel)(bool, Params...), int64_t work, int device,
                              cudaStream_t stream, Args&&... args) {
-  constexpr int kBlocksPerSm = 2048 / kPointwiseThreads;  // resident blocks per SM (sm_90)
   const unsigned blocks = pointwise_blocks(work);
-  const unsigned pdl_max_blocks = kPdlMaxWaves * kBlocksPerSm * sm_count(device);
-  const bool pdl = blocks <= pdl_max_blocks && pdl_supported(device);
+  const bool pdl = pdl_for_grid(-1, device, blocks, kPointwiseThreads);
   (void)launch_pdl(kernel, dim3(blocks), dim3(kPointwiseThreads), 0, stream, pdl, pdl,
                    std::forward<Args>(args)...);
 }

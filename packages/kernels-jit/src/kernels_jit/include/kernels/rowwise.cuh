@@ -1,5 +1,8 @@
-// What every norm kernel of the group shares: how rows are found in memory, how the threads of a
-// row are laid out, the row reduction, and the host-side launch plan.
+// Row-wise kernels (the norms of kernels-layernorm, elementwise.fused_dual_residual_rmsnorm):
+// how rows are found in memory, how the threads of a row are laid out, the row reduction, and the
+// host-side launch plan and launch. Each kernel takes `bool pdl` first, then its Params; the
+// launch decides PDL per grid (kernels::pdl_for_grid), and the kernel runs the PDL instructions
+// only when it is set.
 //
 // Thread layout. A row is split over `tpr` threads ("threads per row"). Either tpr <= 32 is a power
 // of two and the row's threads are an aligned group of lanes of one warp (reduction: shuffles
@@ -22,6 +25,7 @@
 #include <kernels/reduce.cuh>
 #include <kernels/vec.cuh>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -192,6 +196,35 @@ __device__ __forceinline__ float row_sum(float v, int tpr, float* shared) {
   return kernels::warp_sum(v);
 }
 
+// Accesses per thread and pass that the loop kernels issue together before their first use:
+// their loads are in flight at once even where out aliases the input (which keeps the compiler
+// from moving loads across stores).
+constexpr int kLoopBatch = 4;
+
+// Pack arithmetic of the RMS kernels, in fp32: the running sum of squares, and
+// y = x * rstd * (w + offset) rounded once.
+template <typename T, int kN>
+__device__ __forceinline__ float sum_squares(const Pack<T, kN>& x, float acc) {
+  float f[kN];
+  x.to_floats(f);
+#pragma unroll
+  for (int k = 0; k < kN; ++k) acc = fmaf(f[k], f[k], acc);
+  return acc;
+}
+
+template <typename T, int kN>
+__device__ __forceinline__ Pack<T, kN> scale(const Pack<T, kN>& x, const Pack<T, kN>& w,
+                                             float rstd, float offset) {
+  float a[kN], b[kN];
+  x.to_floats(a);
+  w.to_floats(b);
+#pragma unroll
+  for (int k = 0; k < kN; ++k) a[k] = a[k] * rstd * (b[k] + offset);
+  Pack<T, kN> y;
+  y.from_floats(a);
+  return y;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
@@ -206,7 +239,7 @@ inline T* data(const TensorView& t) {
 struct RowLayout {
   int64_t outer = 1;
   int64_t inner = 1;
-  RowMap map[3];
+  RowMap map[4];
   int64_t rows() const { return outer * inner; }
 };
 
@@ -214,12 +247,15 @@ struct RowLayout {
 // every tensor's strides allow (size-1 dims are skipped); more than two levels is a ValueError.
 inline RowLayout row_layout(const char* op, const char* what, const TensorView* const* tensors,
                             int count) {
+  constexpr int kMaxTensors = sizeof(RowLayout::map) / sizeof(RowMap);
+  TVM_FFI_CHECK(count <= kMaxTensors, InternalError) << op << ": row_layout of " << count
+                                                     << " tensors (at most " << kMaxTensors << ")";
   const TensorView& t0 = *tensors[0];
   const int lead = t0.ndim() - 1;
   TVM_FFI_CHECK(lead < kMaxDims, ValueError) << op << ": " << what << " has too many dims ("
                                              << t0.ndim() << ")";
   int64_t size[kMaxDims];
-  int64_t stride[3][kMaxDims];
+  int64_t stride[kMaxTensors][kMaxDims];
   int levels = 0;
   for (int d = 0; d < lead; ++d) {
     const int64_t n = t0.size(d);
@@ -355,14 +391,51 @@ inline Plan plan_loop(int64_t accesses, int64_t rows, int device) {
   return plan;
 }
 
-// Launches and turns a failure into a RuntimeError naming the op.
+// Launches `kernel(pdl, args...)` with the plan's grid, PDL as kernels::pdl_for_grid decides from
+// `enable_pdl` (-1 auto, 0 off, 1 on), and turns a failure into a RuntimeError naming the op.
 template <typename... Params, typename... Args>
-inline void launch(const char* op, void (*kernel)(Params...), const Plan& plan, cudaStream_t stream,
-                   bool pdl, Args&&... args) {
+inline void launch(const char* op, void (*kernel)(bool, Params...), const Plan& plan,
+                   cudaStream_t stream, int enable_pdl, int device, Args&&... args) {
+  const bool pdl = kernels::pdl_for_grid(enable_pdl, device, plan.grid, plan.block);
   const cudaError_t status = kernels::launch_pdl(kernel, dim3(plan.grid), dim3(plan.block), 0,
-                                                 stream, pdl, std::forward<Args>(args)...);
+                                                 stream, pdl, pdl, std::forward<Args>(args)...);
   TVM_FFI_CHECK(status == cudaSuccess, RuntimeError)
       << op << ": kernel launch failed: " << cudaGetErrorString(status);
+}
+
+// A row-wise kernel over Params `P`, which carries the plan's layout in `tpr`, `tpr_shift` and
+// `rows_per_block` and its row count in `rows`.
+template <typename P>
+using RowKernel = void (*)(bool, P);
+
+template <typename P>
+inline void apply_plan(P& p, const Plan& plan) {
+  p.tpr = plan.tpr;
+  p.tpr_shift = plan.tpr_shift;
+  p.rows_per_block = plan.rows_per_block;
+}
+
+// The register kernel of `vectors` 16-byte vectors per row: `kernels` holds its instantiations
+// for 1, 2, 4 and 8 vectors per thread (null where one is not built).
+template <typename P>
+inline void launch_registers(const char* op, const std::array<RowKernel<P>, 4>& kernels,
+                             int64_t vectors, P& p, cudaStream_t stream, int enable_pdl,
+                             int device) {
+  const Plan plan = plan_registers(vectors, p.rows, device);
+  const RowKernel<P> kernel = kernels[log2_exact(plan.vectors_per_thread)];
+  TVM_FFI_CHECK(kernel != nullptr, InternalError)
+      << op << ": no register kernel of " << plan.vectors_per_thread << " vectors per thread";
+  apply_plan(p, plan);
+  launch(op, kernel, plan, stream, enable_pdl, device, p);
+}
+
+// The loop kernel over `accesses` per row (16-byte vectors or single elements).
+template <typename P>
+inline void launch_loop(const char* op, RowKernel<P> kernel, int64_t accesses, P& p,
+                        cudaStream_t stream, int enable_pdl, int device) {
+  const Plan plan = plan_loop(accesses, p.rows, device);
+  apply_plan(p, plan);
+  launch(op, kernel, plan, stream, enable_pdl, device, p);
 }
 
 inline void check_eps(const char* op, double eps) {
