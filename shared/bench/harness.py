@@ -7,6 +7,8 @@ Method (DESIGN.md section 7):
 - Inputs rotate over enough independent sets that their bytes exceed 3x the L2 (60 MB on the
   H200), so a large shape cannot be served from L2; decode shapes, which fit in L2 anyway in an
   engine, rotate over at most ``MAX_SETS`` sets.
+- Outputs are distinct per call: what an implementation returns is held until capture ends, so
+  one that allocates its outputs writes as many buffers as one given preallocated outputs.
 - Warm-up runs (JIT builds, Triton autotuning, torch.compile) happen before capture; the reported
   time is the median over replays of (replay time / calls in the graph); no ``.clone()`` is timed.
 - Each timed region starts behind a GPU-side spin (``torch.cuda._sleep``), so the start event, the
@@ -99,12 +101,15 @@ def time_graph(fn: Callable[[Any], Any], input_sets: list[Any]) -> float:
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for inputs in input_sets:
-            fn(inputs)
+        # Every call's outputs stay alive until capture ends, so each call writes its own memory:
+        # an implementation that allocates its outputs would otherwise get the block the previous
+        # call just freed, and rewrite one L2-resident buffer where preallocated outputs (ours,
+        # one per input set) go to HBM.
+        outputs = [fn(inputs) for inputs in input_sets]
     graph.replay()
     torch.cuda.synchronize()
     us = median_us(graph.replay, REPLAYS) / len(input_sets)
-    del graph
+    del graph, outputs
     return us
 
 

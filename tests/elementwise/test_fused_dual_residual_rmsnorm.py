@@ -134,7 +134,7 @@ def test_opcheck():
 # (one row per block: 2 vectors per thread for at most 2 rows per SM, else 8), 40000 (5000
 # vectors: the loop kernel); 1, 127, 5128 + 1 leave the 16-byte path (the scalar loop kernel).
 WIDTHS = (1, 8, 127, 256, 1024, 4096, 5128, 5129, 7168, 8192, 16384, 24576, 40000)
-TOKENS = (1, 7, 128, 1000)
+TOKENS = (1, 7, 64, 128, 1000)
 
 
 @pytest.mark.gpu

@@ -15,7 +15,7 @@ from shared.testing.inputs import FLOAT_DTYPES, misaligned, poison, row_strided
 BACKENDS = {"cpu": ("torch",), "cuda": ("cuda", "torch")}
 GPU_HIDDEN = (1, 8, 32, 127, 128, 1024, 2048, 4096, 5128, 7168, 8192, 16384, 24576)
 LONG_HIDDEN = (32768, 32776, 65536)
-TOKENS = (1, 7, 128, 1000)
+TOKENS = (1, 7, 64, 128, 1000)
 DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
