@@ -11,6 +11,9 @@ Method (DESIGN.md section 7):
   one that allocates its outputs writes as many buffers as one given preallocated outputs.
 - Warm-up runs (JIT builds, Triton autotuning, torch.compile) happen before capture; the reported
   time is the median over replays of (replay time / calls in the graph); no ``.clone()`` is timed.
+- Beside each case an fp32 elementwise kernel moving the same bytes is timed the same way
+  (``copy_us`` of every record): the floor of an op of that traffic at that shape, which at
+  decode shapes is set by launch and memory latency, not by the copy bandwidth.
 - Each timed region starts behind a GPU-side spin (``torch.cuda._sleep``), so the start event, the
   graph launch and the end event are all queued before the GPU reaches them: the host's graph
   launch latency (several us on the H200's host) is not counted in a one-call graph of a large
@@ -64,6 +67,7 @@ class Record:
     us: float
     gbps: float
     pct_of_copy: float
+    # copy_us: copy_floor_us of the case's bytes, measured beside it
     extra: dict = field(default_factory=dict)
 
     def as_json(self) -> dict:
@@ -142,7 +146,20 @@ def copy_gbps(nbytes: int = 2**30, repeats: int = 20) -> float:
     return 2 * nbytes / median_us(lambda: dst.copy_(src), repeats) / 1e3
 
 
+def copy_floor_us(nbytes: int) -> float:
+    """Microseconds per call of an elementwise kernel moving ``nbytes`` (half read, half written),
+    timed like an op (graph, rotated sets): the floor of an op of that traffic at its shape. At
+    decode shapes it is launch and latency, not bandwidth, that sets it."""
+    numel = max(1, nbytes // 8)  # fp32 in and out
+    sets = [
+        (torch.empty(numel, device="cuda"), torch.empty(numel, device="cuda"))
+        for _ in range(sets_needed(nbytes))
+    ]
+    return time_graph(lambda s: torch.neg(s[0], out=s[1]), sets)
+
+
 def run_case(case: Case, copy: float, on_impl: Callable[[str], None] | None = None) -> list[Record]:
+    copy_us = copy_floor_us(case.bytes)
     sets = [case.make_inputs() for _ in range(sets_needed(case.bytes))]
     records = []
     for name, fn in case.impls.items():
@@ -163,6 +180,7 @@ def run_case(case: Case, copy: float, on_impl: Callable[[str], None] | None = No
                 us,
                 gbps,
                 100 * gbps / copy,
+                {"copy_us": round(copy_us, 3)},
             )
         )
     del sets

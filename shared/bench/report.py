@@ -33,30 +33,32 @@ def markdown(group: str, result: dict) -> str:
         "inputs rotated past the L2; `x peer` is the peer's time divided by ours (> 1: we are "
         "faster).",
         "",
-        "| op | shape | dtype | ours | us | % of copy | "
+        "| op | shape | dtype | ours | us | % of copy | copy of its bytes (us) | "
         + " | ".join(f"x {p}" for p in peers)
         + " |",
-        "|---|---|---|---|---|---|" + "---|" * len(peers),
+        "|---|---|---|---|---|---|---|" + "---|" * len(peers),
     ]
     for (op, dtype, shape), impls in sorted(rows.items()):
         ours = next((impls[i] for i in OURS if i in impls), None)
         if ours is None:
             continue
         ratios = [f"{impls[p]['us'] / ours['us']:.2f}" if p in impls else "-" for p in peers]
+        floor = f"{ours['copy_us']:.2f}" if "copy_us" in ours else "-"
         lines.append(
             f"| {op} | {list(shape)} | {dtype} | {ours['impl']} | {ours['us']:.2f} | "
-            f"{ours['pct_of_copy']:.1f} | " + " | ".join(ratios) + " |"
+            f"{ours['pct_of_copy']:.1f} | {floor} | " + " | ".join(ratios) + " |"
         )
     return "\n".join(lines) + "\n"
 
 
 def summary(results: dict[str, dict]) -> str:
     """One row per op of each group: % of copy at the bandwidth-target shapes, the slowest decode
-    time, and for each peer the shapes where we are at least as fast and the worst ratio."""
+    time (with the copy of the same bytes at that shape, where measured), and for each peer the
+    shapes where we are at least as fast and the worst ratio."""
     lines = [
         "| op | % of copy at "
         + ", ".join("x".join(map(str, s)) for s in BANDWIDTH_SHAPES)
-        + f" | decode max (us, tokens {'/'.join(map(str, DECODE_TOKENS))}) "
+        + f" | decode max (us, tokens {'/'.join(map(str, DECODE_TOKENS))}; copy of its bytes) "
         "| peers: shapes won, worst ratio (peer time / ours) |",
         "|---|---|---|---|",
     ]
@@ -76,7 +78,7 @@ def summary(results: dict[str, dict]) -> str:
                 for key in ours
                 if key[1] == shape
             ]
-            decode = [r["us"] for key, r in ours.items() if key[1][0] in DECODE_TOKENS]
+            decode = [r for key, r in ours.items() if key[1][0] in DECODE_TOKENS]
             verdicts = []
             for peer in sorted({i for impls in by_shape.values() for i in impls} - set(OURS)):
                 ratios = [
@@ -90,7 +92,11 @@ def summary(results: dict[str, dict]) -> str:
                 won = sum(ratio >= 1 for ratio, _ in ratios)
                 where = f"{worst:.2f} at {list(at)}" if worst < 1 else f">= {worst:.2f}x"
                 verdicts.append(f"{peer} {won}/{len(ratios)} ({where})")
-            slowest = f"{max(decode):.2f}" if decode else "-"
+            slowest = "-"
+            if decode:
+                worst = max(decode, key=lambda r: r["us"])
+                floor = f" ({worst['copy_us']:.2f})" if "copy_us" in worst else ""
+                slowest = f"{worst['us']:.2f}{floor}"
             lines.append(
                 f"| {group}.{op} | {' / '.join(pct) or '-'} | {slowest} | "
                 + "; ".join(verdicts)

@@ -27,7 +27,7 @@ def _result() -> dict:
         records.append(_record("relu2", "liger", shape, 12.0))
     records.append(_record("relu2", "cuda", (16, 4096), 1.5))
     records.append(_record("relu2", "liger", (16, 4096), 1.2))  # the peer wins here
-    records.append(_record("relu2", "cuda", (64, 4096), 1.9))
+    records.append(_record("relu2", "cuda", (64, 4096), 1.9) | {"copy_us": 1.25})
     return {
         "gpu": "H200",
         "date": "2026-12-02",
@@ -41,13 +41,14 @@ def test_summary_reports_targets_and_worst_peer_ratio():
     lines = report.summary({"activation": _result()}).splitlines()
     row = next(line for line in lines if line.startswith("| activation.relu2 "))
     assert "91 / 92 / 93 / 94" in row
-    assert "| 1.90 |" in row  # the slowest of the decode tokens
+    assert "| 1.90 (1.25) |" in row  # the slowest of the decode tokens, and its copy floor
     assert "liger 4/5 (0.80 at [16, 4096])" in row
 
 
 def test_markdown_ratio_is_peer_over_ours():
     table = report.markdown("activation", _result())
-    assert "| relu2 | [16, 4096] | bfloat16 | cuda | 1.50 | 50.0 | 0.80 |" in table
+    assert "| relu2 | [16, 4096] | bfloat16 | cuda | 1.50 | 50.0 | - | 0.80 |" in table
+    assert "| relu2 | [64, 4096] | bfloat16 | cuda | 1.90 | 50.0 | 1.25 | - |" in table
 
 
 def test_cli_prints_summary_of_a_folder(tmp_path, capsys):
