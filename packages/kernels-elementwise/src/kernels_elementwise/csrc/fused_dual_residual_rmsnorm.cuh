@@ -286,11 +286,8 @@ inline void fused_dual_residual_rmsnorm(tvm::ffi::TensorView out, tvm::ffi::Tens
   p.hidden = static_cast<int>(hidden);
   p.eps = static_cast<float>(eps);
   const int vec = 16 / (x.dtype().bits / 8);
-  bool vector = hidden % vec == 0;
-  for (const void* ptr : {p.x, p.residual, p.w1, p.w2, const_cast<const void*>(p.out),
-                          const_cast<const void*>(p.mid)})
-    vector = vector && kernels::is_aligned(ptr);
-  for (const rowwise::RowMap& m : rows.map) vector = vector && rowwise::strides_allow_vectors(m, vec);
+  const bool vector = rowwise::vectors_fit(hidden, vec, {p.x, p.residual, p.w1, p.w2, p.out, p.mid},
+                                           {rows.map[0], rows.map[1], rows.map[2], rows.map[3]});
 
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(x);

@@ -249,11 +249,8 @@ inline void layernorm(tvm::ffi::TensorView out, tvm::ffi::TensorView input,
   p.hidden = static_cast<int>(hidden);
   p.eps = static_cast<float>(eps);
   const int vec = 16 / (input.dtype().bits / 8);
-  const bool vector = hidden % vec == 0 && kernels::is_aligned(p.in) &&
-                      kernels::is_aligned(p.out) && kernels::is_aligned(p.weight) &&
-                      (p.bias == nullptr || kernels::is_aligned(p.bias)) &&
-                      rowwise::strides_allow_vectors(rows.map[0], vec) &&
-                      rowwise::strides_allow_vectors(rows.map[1], vec);
+  const bool vector =
+      rowwise::vectors_fit(hidden, vec, {p.in, p.out, p.weight, p.bias}, {rows.map[0], rows.map[1]});
 
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(input);

@@ -258,13 +258,9 @@ inline rowwise::RowLayout layout_of(const char* op, const char* what,
   return rowwise::row_layout(op, what, tensors, 2);
 }
 
-// Every pointer 16-byte aligned and every row stride a whole number of vectors.
 inline bool vectors_fit(const Segment& s, int64_t hidden, int vec) {
-  return hidden % vec == 0 && kernels::is_aligned(s.in) && kernels::is_aligned(s.out) &&
-         (s.res == nullptr || kernels::is_aligned(s.res)) && kernels::is_aligned(s.weight) &&
-         rowwise::strides_allow_vectors(s.in_map, vec) &&
-         rowwise::strides_allow_vectors(s.out_map, vec) &&
-         rowwise::strides_allow_vectors(s.res_map, vec);
+  return rowwise::vectors_fit(hidden, vec, {s.in, s.out, s.res, s.weight},
+                              {s.in_map, s.out_map, s.res_map});
 }
 
 inline void rmsnorm_entry(const char* op, tvm::ffi::TensorView out, tvm::ffi::TensorView input,

@@ -28,6 +28,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 
 namespace rowwise {
 
@@ -290,10 +291,15 @@ inline RowLayout row_layout(const char* op, const char* what, const TensorView* 
   return layout;
 }
 
-// 16-byte vectors are legal when every row start is 16-byte aligned: base pointers aligned, the
-// hidden size and every row stride multiples of the vector.
-inline bool strides_allow_vectors(const RowMap& m, int64_t vec) {
-  return m.s0 % vec == 0 && m.s1 % vec == 0;
+// 16-byte vectors (`vec` elements) are legal when every row start is 16-byte aligned: the base
+// `pointers` aligned (null ones, absent tensors, pass), the hidden size and every row stride of
+// `maps` multiples of the vector.
+inline bool vectors_fit(int64_t hidden, int64_t vec, std::initializer_list<const void*> pointers,
+                        std::initializer_list<RowMap> maps) {
+  bool fit = hidden % vec == 0;
+  for (const void* ptr : pointers) fit = fit && kernels::is_aligned(ptr);
+  for (const RowMap& m : maps) fit = fit && m.s0 % vec == 0 && m.s1 % vec == 0;
+  return fit;
 }
 
 // Threads per row, vectors per thread and the grid of one launch.
