@@ -33,7 +33,7 @@ def markdown(group: str, result: dict) -> str:
         "inputs rotated past the L2; `x peer` is the peer's time divided by ours (> 1: we are "
         "faster).",
         "",
-        "| op | shape | dtype | ours | us | % of copy | copy of its bytes (us) | "
+        "| op | shape | dtype | ours | us | % of copy | torch copy of its bytes (us) | "
         + " | ".join(f"x {p}" for p in peers)
         + " |",
         "|---|---|---|---|---|---|---|" + "---|" * len(peers),
@@ -58,8 +58,8 @@ def summary(results: dict[str, dict]) -> str:
     lines = [
         "| op | % of copy at "
         + ", ".join("x".join(map(str, s)) for s in BANDWIDTH_SHAPES)
-        + f" | decode max (us, tokens {'/'.join(map(str, DECODE_TOKENS))}; copy of its bytes) "
-        "| peers: shapes won, worst ratio (peer time / ours) |",
+        + f" | decode max (us, tokens {'/'.join(map(str, DECODE_TOKENS))}; "
+        "torch copy of its bytes) | peers: shapes won, worst ratio (peer time / ours) |",
         "|---|---|---|---|",
     ]
     for group, result in results.items():
