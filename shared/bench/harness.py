@@ -11,9 +11,9 @@ Method (DESIGN.md section 7):
   one that allocates its outputs writes as many buffers as one given preallocated outputs.
 - Warm-up runs (JIT builds, Triton autotuning, torch.compile) happen before capture; the reported
   time is the median over replays of (replay time / calls in the graph); no ``.clone()`` is timed.
-- Beside each case an fp32 elementwise kernel moving the same bytes is timed the same way
-  (``copy_us`` of every record): the floor of an op of that traffic at that shape, which at
-  decode shapes is set by launch and memory latency, not by the copy bandwidth.
+- Beside each case torch's fp32 elementwise kernel moving the same bytes is timed the same way
+  (``copy_us`` of every record): a reference for an op of that traffic at that shape. It is not
+  a floor: at decode shapes launch and memory latency set it, and PDL-launched kernels beat it.
 - Each timed region starts behind a GPU-side spin (``torch.cuda._sleep``), so the start event, the
   graph launch and the end event are all queued before the GPU reaches them: the host's graph
   launch latency (several us on the H200's host) is not counted in a one-call graph of a large
@@ -67,7 +67,7 @@ class Record:
     us: float
     gbps: float
     pct_of_copy: float
-    # copy_us: copy_floor_us of the case's bytes, measured beside it
+    # copy_us: torch_copy_us of the case's bytes, measured beside it
     extra: dict = field(default_factory=dict)
 
     def as_json(self) -> dict:
@@ -146,10 +146,10 @@ def copy_gbps(nbytes: int = 2**30, repeats: int = 20) -> float:
     return 2 * nbytes / median_us(lambda: dst.copy_(src), repeats) / 1e3
 
 
-def copy_floor_us(nbytes: int) -> float:
-    """Microseconds per call of an elementwise kernel moving ``nbytes`` (half read, half written),
-    timed like an op (graph, rotated sets): the floor of an op of that traffic at its shape. At
-    decode shapes it is launch and latency, not bandwidth, that sets it."""
+def torch_copy_us(nbytes: int) -> float:
+    """Microseconds per call of torch's elementwise kernel (fp32 ``neg``) moving ``nbytes`` (half
+    read, half written), timed like an op (graph, rotated sets). At large shapes it runs at the
+    copy bandwidth; at decode shapes launch and latency set it, and PDL kernels can beat it."""
     numel = max(1, nbytes // 8)  # fp32 in and out
     sets = [
         (torch.empty(numel, device="cuda"), torch.empty(numel, device="cuda"))
@@ -159,7 +159,7 @@ def copy_floor_us(nbytes: int) -> float:
 
 
 def run_case(case: Case, copy: float, on_impl: Callable[[str], None] | None = None) -> list[Record]:
-    copy_us = copy_floor_us(case.bytes)
+    copy_us = torch_copy_us(case.bytes)
     sets = [case.make_inputs() for _ in range(sets_needed(case.bytes))]
     records = []
     for name, fn in case.impls.items():

@@ -43,17 +43,17 @@ def markdown(group: str, result: dict) -> str:
         if ours is None:
             continue
         ratios = [f"{impls[p]['us'] / ours['us']:.2f}" if p in impls else "-" for p in peers]
-        floor = f"{ours['copy_us']:.2f}" if "copy_us" in ours else "-"
+        torch_copy = f"{ours['copy_us']:.2f}" if "copy_us" in ours else "-"
         lines.append(
             f"| {op} | {list(shape)} | {dtype} | {ours['impl']} | {ours['us']:.2f} | "
-            f"{ours['pct_of_copy']:.1f} | {floor} | " + " | ".join(ratios) + " |"
+            f"{ours['pct_of_copy']:.1f} | {torch_copy} | " + " | ".join(ratios) + " |"
         )
     return "\n".join(lines) + "\n"
 
 
 def summary(results: dict[str, dict]) -> str:
     """One row per op of each group: % of copy at the bandwidth-target shapes, the slowest decode
-    time (with the copy of the same bytes at that shape, where measured), and for each peer the
+    time (with torch's copy of the same bytes at that shape, where measured), and for each peer the
     shapes where we are at least as fast and the worst ratio."""
     lines = [
         "| op | % of copy at "
@@ -95,8 +95,8 @@ def summary(results: dict[str, dict]) -> str:
             slowest = "-"
             if decode:
                 worst = max(decode, key=lambda r: r["us"])
-                floor = f" ({worst['copy_us']:.2f})" if "copy_us" in worst else ""
-                slowest = f"{worst['us']:.2f}{floor}"
+                torch_copy = f" ({worst['copy_us']:.2f})" if "copy_us" in worst else ""
+                slowest = f"{worst['us']:.2f}{torch_copy}"
             lines.append(
                 f"| {group}.{op} | {' / '.join(pct) or '-'} | {slowest} | "
                 + "; ".join(verdicts)
