@@ -46,7 +46,7 @@ def _with_shared_torch(session: nox.Session) -> None:
 
 # The packages' build backend, installed once per venv: building each local package without
 # isolation saves pip a fresh build environment per package (about 3 s each on a 2-core CI host).
-BUILD_BACKEND = "hatchling>=1.25"
+BUILD_BACKEND = "hatchling>=1.27"
 
 
 def _install(session: nox.Session, *dists: str) -> None:

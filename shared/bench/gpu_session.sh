@@ -4,7 +4,18 @@
 #
 #   TESTS="tests/elementwise" [TESTS_K="not compile"] BENCH="elementwise" [QUICK=1] \
 #     [SANITIZE="tests/x.py::t"] [BENCH_TIMEOUT=seconds] [KERNELS_COMMIT=abc1234] \
-#     shared/bench/gpu_session.sh
+#     [STATIC_COMPILE=targets|large|all|none] shared/bench/gpu_session.sh
+#
+# STATIC_COMPILE (run.py --static-compile, default targets): the shapes where the torch_compile
+# peer compiles a static graph of its own (~2 s of host time each on the H200's host). `targets`
+# (tokens 8192/32768 and <= 128) over the full grid of all three groups is most of the ~270
+# shapes: give it a command of its own per group, or QUICK=1, or `large`, within the 10 minutes.
+#
+# FlashInfer peer: built here (no GPU) by `python -m shared.bench.build_flashinfer_peer` into the
+# ignored .peers/flashinfer/ (flashinfer_norm_act.so, ~2 MB, and its .json); name
+# `.peers/flashinfer` in the device tool's `carry` list. When the .so is there (or
+# KERNELS_PEER_FLASHINFER names one), the benchmarks time it; it needs tvm-ffi's libtvm_ffi.so,
+# which is put on LD_LIBRARY_PATH below (the carried apache-tvm-ffi wheel, installed in /tmp/site).
 #
 # TESTS_K is pytest's -k expression. Run the tests in one process: with pytest-xdist (-n 8) the
 # three groups' GPU tests had reached 32% after 10 minutes, where one process runs them all in
@@ -24,10 +35,21 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$(ls -d "$ROOT"/packages/*/src | tr '\n' ':')${SITE:-}$ROOT
 export KERNELS_CACHE_DIR=${KERNELS_CACHE_DIR:-/tmp/kernels-cache} PYTHONUNBUFFERED=1
+if [ -z "${KERNELS_PEER_FLASHINFER:-}" ] && compgen -G ".peers/flashinfer/*.so" >/dev/null; then
+  export KERNELS_PEER_FLASHINFER=$ROOT/$(ls .peers/flashinfer/*.so | head -1)
+fi
+if [ -n "${KERNELS_PEER_FLASHINFER:-}" ]; then
+  # The peer links libtvm_ffi.so (by soname); tvm_ffi loads it first anyway, this makes sure.
+  TVM_FFI_LIB=$(python3 -c "import os, tvm_ffi; print(os.path.dirname(tvm_ffi.__file__))" \
+    2>/dev/null)/lib
+  export LD_LIBRARY_PATH=$TVM_FFI_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 status=0
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
   python3 -c "import torch, triton, tvm_ffi; print(torch.__version__, triton.__version__, tvm_ffi.__version__)"
+  echo "flashinfer peer: ${KERNELS_PEER_FLASHINFER:-absent (no .peers/flashinfer/*.so carried)}"
+  echo "static compile: ${STATIC_COMPILE:-${KERNELS_BENCH_STATIC_COMPILE:-targets}}"
 } 2>&1 | tee "$RESULTS/env.txt"
 if [ -n "${TESTS:-}" ]; then
   python3 -m pytest $TESTS ${TESTS_K:+-k "$TESTS_K"} -m gpu -q -p no:cacheprovider -p no:logging \
@@ -48,6 +70,7 @@ if [ -n "${BENCH:-}" ]; then
   args=()
   for g in $BENCH; do args+=(--group "$g"); done
   [ -n "${QUICK:-}" ] && args+=(--quick)
+  [ -n "${STATIC_COMPILE:-}" ] && args+=(--static-compile "$STATIC_COMPILE")
   # BENCH_TIMEOUT (s) stops the sweep early; the groups already finished keep their results.
   timeout --signal=INT "${BENCH_TIMEOUT:-0}" \
     python3 -m shared.bench.run "${args[@]}" --out "$RESULTS/benchmarks" 2>&1 \

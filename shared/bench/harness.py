@@ -11,6 +11,10 @@ Method (DESIGN.md section 7):
   one that allocates its outputs writes as many buffers as one given preallocated outputs.
 - Warm-up runs (JIT builds, Triton autotuning, torch.compile) happen before capture; the reported
   time is the median over replays of (replay time / calls in the graph); no ``.clone()`` is timed.
+  Capture runs under ``torch.compiler.set_stance("fail_on_recompile")``: a torch.compile peer
+  that would compile inside the graph is reported skipped instead.
+- An implementation may carry ``record_extra`` (a dict, read after timing: e.g. the torch.compile
+  mode and compile time, a peer's check against the reference); it goes into the record.
 - Beside each case torch's fp32 elementwise kernel moving the same bytes is timed the same way
   (``copy_us`` of every record): a reference for an op of that traffic at that shape. It is not
   a floor: at decode shapes launch and memory latency set it, and PDL-launched kernels beat it.
@@ -22,6 +26,7 @@ Method (DESIGN.md section 7):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -104,7 +109,7 @@ def time_graph(fn: Callable[[Any], Any], input_sets: list[Any]) -> float:
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with no_compile_in_capture(), torch.cuda.graph(graph):
         # Every call's outputs stay alive until capture ends, so each call writes its own memory:
         # an implementation that allocates its outputs would otherwise get the block the previous
         # call just freed, and rewrite one L2-resident buffer where preallocated outputs (ours,
@@ -115,6 +120,15 @@ def time_graph(fn: Callable[[Any], Any], input_sets: list[Any]) -> float:
     us = median_us(graph.replay, REPLAYS) / len(input_sets)
     del graph, outputs
     return us
+
+
+def no_compile_in_capture() -> contextlib.AbstractContextManager:
+    """Any torch.compile (re)compilation raises while this is active: every compile belongs in the
+    warm-up, outside capture (torch >= 2.6; a no-op before)."""
+    compiler = getattr(torch, "compiler", None)
+    if compiler is None or not hasattr(compiler, "set_stance"):
+        return contextlib.nullcontext()
+    return compiler.set_stance("fail_on_recompile")
 
 
 def median_us(run: Callable[[], Any], repeats: int) -> float:
@@ -171,6 +185,8 @@ def run_case(case: Case, copy: float, on_impl: Callable[[str], None] | None = No
             print(f"  {case.op} {case.shape} {name}: skipped ({type(exc).__name__}: {exc})")
             continue
         gbps = case.bytes / us / 1e3
+        extra = {"copy_us": round(copy_us, 3)}
+        extra.update(getattr(fn, "record_extra", None) or {})
         records.append(
             Record(
                 case.op,
@@ -180,7 +196,7 @@ def run_case(case: Case, copy: float, on_impl: Callable[[str], None] | None = No
                 us,
                 gbps,
                 100 * gbps / copy,
-                {"copy_us": round(copy_us, 3)},
+                extra,
             )
         )
     del sets

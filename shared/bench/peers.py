@@ -1,12 +1,49 @@
-"""Peer implementations that benchmarks compare against, each only where importable."""
+"""Peer implementations that benchmarks compare against, each only where it is available, and
+the record of which peers ran.
+
+- ``torch_compile``: ``torch.compile`` of the op's torch reference. By default (``--static-compile
+  targets``) each target shape (tokens 8192/32768) and decode shape (tokens <= 128) gets a static
+  graph of its own (``dynamic=False``, a fresh code object per shape, so no shape reuses another's
+  graph); the other shapes share the default automatic-dynamic graph. Every row says which
+  (``compile``: ``static`` or ``auto``) and how long its first call took (``compile_s``).
+- ``liger``: Liger-Kernel (Triton), where ``liger_kernel`` is importable.
+- ``flashinfer``: FlashInfer's CUDA norm and activation kernels, built from its headers by
+  ``shared/bench/build_flashinfer_peer.py`` into ``.peers/flashinfer/flashinfer_norm_act.so``
+  (or the path in ``KERNELS_PEER_FLASHINFER``) and loaded with ``tvm_ffi.load_module``.
+"""
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import importlib.util
-from collections.abc import Callable
+import json
+import os
+import time
+import types
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import torch
+
+from shared.bench.shapes import DECODE_MAX_TOKENS, PREFILL_TOKENS
+
+ROOT = Path(__file__).resolve().parents[2]
+PEERS_DIR = ROOT / ".peers"  # ignored: peer binaries and sources never enter the repository
+FLASHINFER_ENV = "KERNELS_PEER_FLASHINFER"
+FLASHINFER_DEFAULT = PEERS_DIR / "flashinfer" / "flashinfer_norm_act.so"
+COMPILE_ENV = "KERNELS_BENCH_STATIC_COMPILE"
+
+# --static-compile: which shapes the torch_compile peer compiles with a static graph of their own.
+COMPILE_MODES = {
+    "targets": "tokens 8192/32768 (the bandwidth targets), tokens <= 128 (decode), 1-D sizes",
+    "large": "tokens 8192/32768 and 1-D sizes",
+    "all": "every shape",
+    "none": "no shape (default torch.compile everywhere)",
+}
+DEFAULT_COMPILE_MODE = "targets"
+_compile_mode = os.environ.get(COMPILE_ENV, DEFAULT_COMPILE_MODE)
 
 
 def has(module: str) -> bool:
@@ -16,17 +53,266 @@ def has(module: str) -> bool:
         return False
 
 
-COMPILE_NOTE = (
-    "torch_compile is torch.compile(reference) with default options: the first shape compiles "
-    "static, later shapes reuse one automatic-dynamic graph (as an engine compiling once would)"
-)
+# --- torch.compile -------------------------------------------------------------------------------
+
+
+def set_compile_mode(mode: str) -> None:
+    global _compile_mode
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"static-compile mode {mode!r}: choose one of {sorted(COMPILE_MODES)}")
+    _compile_mode = mode
+
+
+def compile_mode() -> str:
+    if _compile_mode not in COMPILE_MODES:
+        raise ValueError(f"{COMPILE_ENV}={_compile_mode!r}: choose one of {sorted(COMPILE_MODES)}")
+    return _compile_mode
+
+
+def static_compile_wanted(shape: Sequence[int], mode: str | None = None) -> bool:
+    """Whether the torch_compile peer at ``shape`` ([tokens, ...]) gets a static graph."""
+    mode = mode or compile_mode()
+    if mode == "none":
+        return False
+    if mode == "all" or len(shape) < 2:  # 1-D sizes (add_constant: 6 shapes up to 1 GiB)
+        return True
+    tokens = shape[0]
+    if mode == "large":
+        return tokens in PREFILL_TOKENS
+    return tokens in PREFILL_TOKENS or tokens <= DECODE_MAX_TOKENS
+
+
+def compile_note(mode: str | None = None) -> str:
+    mode = mode or compile_mode()
+    return (
+        f"torch_compile is torch.compile(reference); --static-compile {mode}: a static graph per "
+        f"shape (dynamic=False, compiled fresh for that shape) at {COMPILE_MODES[mode]}, rows "
+        "'compile': 'static'; elsewhere default options, rows 'compile': 'auto' (the first shape "
+        "of a reference compiles static, later ones reuse one automatic-dynamic graph, which is "
+        "weaker at large shapes); 'compile_s' is the host time of the first call at that shape "
+        "(trace and compile), outside the CUDA graph"
+    )
+
+
+def _raise_recompile_limit(limit: int = 64) -> None:
+    """Past ``recompile_limit`` (8) cache entries of one function torch.compile silently runs it
+    eagerly: allow every shape of a sweep, and fail loudly (a skipped record) past that."""
+    import torch._dynamo.config as dynamo
+
+    dynamo.recompile_limit = max(dynamo.recompile_limit, limit)
+    dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, 4 * limit)
+    dynamo.fail_on_recompile_limit_hit = True
 
 
 @functools.cache
 def compiled(reference: Callable) -> Callable:
-    """``torch.compile`` of a reference with default options (we capture the CUDA graph).
-
-    Default, not ``dynamic=False``: a static graph per shape costs ~2 s of compilation per shape
-    on the H200's host, which a full sweep (270 shapes) cannot afford inside one device lease.
-    """
+    """``torch.compile`` of a reference with default options, one per reference: the first shape
+    compiles static, later shapes share an automatic-dynamic graph (the 'auto' rows)."""
+    _raise_recompile_limit()
     return torch.compile(reference)
+
+
+def fresh_copy(fn: Callable, tag: str) -> Callable:
+    """``fn`` with a code object of its own: dynamo keeps its graphs (and the recompile count) per
+    code object, so a copy compiled for one shape shares nothing with other shapes' copies."""
+    code = getattr(fn, "__code__", None)
+    if code is None:  # not a plain function: compile it as it is
+        return fn
+    copy = types.FunctionType(
+        code.replace(co_name=f"{code.co_name}__{tag}"),
+        fn.__globals__,
+        f"{fn.__name__}__{tag}",
+        fn.__defaults__,
+        fn.__closure__,
+    )
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__qualname__ = f"{fn.__qualname__}__{tag}"
+    copy.__module__ = fn.__module__
+    return copy
+
+
+def static_compiled(reference: Callable, shape: Sequence[int]) -> Callable:
+    """A static ``torch.compile`` (``dynamic=False``) of a fresh copy of ``reference``, for one
+    shape: it compiles at its first call (the harness's warm-up, outside CUDA-graph capture)."""
+    _raise_recompile_limit()
+    tag = "x".join(map(str, shape))
+    return torch.compile(fresh_copy(reference, tag), dynamic=False)
+
+
+class CompilePeer:
+    """The torch_compile implementation of one case: ``call(fn, inputs)`` runs the compiled
+    reference ``fn`` on one input set. ``record_extra`` goes into the case's record."""
+
+    def __init__(
+        self,
+        reference: Callable,
+        shape: Sequence[int],
+        call: Callable[[Callable, Any], Any],
+        static: bool | None = None,
+    ):
+        self.static = static_compile_wanted(shape) if static is None else static
+        self.reference, self.shape, self.call = reference, list(shape), call
+        self.record_extra: dict[str, Any] = {"compile": "static" if self.static else "auto"}
+        self._fn: Callable | None = None
+
+    def __call__(self, inputs: Any) -> Any:
+        if self._fn is not None:
+            return self.call(self._fn, inputs)
+        self._fn = (
+            static_compiled(self.reference, self.shape) if self.static else compiled(self.reference)
+        )
+        start = time.perf_counter()
+        result = self.call(self._fn, inputs)
+        self.record_extra["compile_s"] = round(time.perf_counter() - start, 2)
+        return result
+
+
+def torch_compile(
+    reference: Callable,
+    shape: Sequence[int],
+    call: Callable[[Callable, Any], Any],
+    static: bool | None = None,
+) -> CompilePeer:
+    """The torch_compile impl of a case at ``shape``; static or auto per ``--static-compile``
+    unless ``static`` says."""
+    return CompilePeer(reference, shape, call, static)
+
+
+# --- peers checked against the reference --------------------------------------------------------
+
+
+class Checked:
+    """A peer that is compared with the torch reference at its first call (the harness's warm-up,
+    outside capture), on the same inputs: ``expected(inputs)`` runs before the peer (the peer may
+    work in place), ``outputs(inputs, returned)`` picks what to compare. A peer whose results
+    differ is not timed (the harness reports it skipped), so a wrong binding cannot pass for a
+    fast kernel."""
+
+    def __init__(
+        self,
+        impl: Callable[[Any], Any],
+        expected: Callable[[Any], Any],
+        outputs: Callable[[Any, Any], Any],
+        atol: float = 6e-2,
+        rtol: float = 2e-2,
+    ):
+        self.impl, self.expected, self.outputs = impl, expected, outputs
+        self.atol, self.rtol = atol, rtol
+        self.record_extra: dict[str, Any] = {}
+        self._checked = False
+
+    def __call__(self, inputs: Any) -> Any:
+        if self._checked:
+            return self.impl(inputs)
+        want = _as_tuple(self.expected(inputs))
+        returned = self.impl(inputs)
+        got = _as_tuple(self.outputs(inputs, returned))
+        err = 0.0
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(
+                g.float(), w.float(), atol=self.atol, rtol=self.rtol, check_device=False
+            )
+            err = max(err, (g.float() - w.float()).abs().max().item())
+        self.record_extra["check_max_abs_err"] = round(err, 5)
+        self._checked = True
+        return returned
+
+
+def _as_tuple(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+# --- FlashInfer ---------------------------------------------------------------------------------
+
+_status: dict[str, dict] = {}
+
+
+def flashinfer_path() -> Path | None:
+    """The library to load: ``$KERNELS_PEER_FLASHINFER`` (``0``/``off`` disables the peer), else
+    ``.peers/flashinfer/flashinfer_norm_act.so``."""
+    value = os.environ.get(FLASHINFER_ENV, "")
+    if value.lower() in ("0", "off", "no", "false"):
+        return None
+    return Path(value).expanduser().resolve() if value else FLASHINFER_DEFAULT
+
+
+@functools.cache
+def flashinfer() -> Any | None:
+    """FlashInfer's norm and activation functions (a tvm-ffi module), or None when absent.
+
+    Calls follow its Python wrappers: ``rmsnorm(out, x, w, eps, enable_pdl)``,
+    ``fused_add_rmsnorm(x, residual, w, eps, enable_pdl)`` (in place), the ``gemma_`` variants
+    alike, ``layernorm(out, x, gamma_fp32, beta_fp32, eps)`` (bf16 x only),
+    ``silu_and_mul(out, x, enable_pdl)`` and ``gelu_and_mul``/``gelu_tanh_and_mul``.
+    """
+    path = flashinfer_path()
+    if path is None:
+        _status["flashinfer"] = {"status": "disabled", "by": f"{FLASHINFER_ENV}=0"}
+        return None
+    if not path.is_file():
+        _status["flashinfer"] = {
+            "status": "absent",
+            "looked_for": str(path),
+            "hint": "python -m shared.bench.build_flashinfer_peer, then carry .peers/flashinfer",
+        }
+        if os.environ.get(FLASHINFER_ENV):
+            print(f"peers: {FLASHINFER_ENV}={path} does not exist: flashinfer skipped")
+        return None
+    try:
+        import tvm_ffi
+
+        module = tvm_ffi.load_module(str(path))
+    except Exception as exc:  # a library that does not load is reported, not fatal
+        _status["flashinfer"] = {
+            "status": "failed",
+            "path": str(path),
+            "error": f"{type(exc).__name__}: {exc}"[:500],
+        }
+        print(f"peers: flashinfer at {path} did not load ({type(exc).__name__}: {exc})")
+        return None
+    status: dict[str, Any] = {"status": "loaded", "path": str(path)}
+    manifest = path.with_suffix(".json")  # written by build_flashinfer_peer.py
+    if manifest.is_file():
+        info = json.loads(manifest.read_text())
+        keys = ("flashinfer_version", "path", "built_with_tvm_ffi", "nvcc", "arch")
+        status["build"] = {key: info[key] for key in keys if key in info}
+    _status["flashinfer"] = status
+    return module
+
+
+def flashinfer_pdl() -> bool:
+    """FlashInfer's default ``enable_pdl``: on for sm_90 and newer (``device_support_pdl``)."""
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+
+# --- what ran ------------------------------------------------------------------------------------
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def describe(ran: set[str] | None = None) -> dict:
+    """Every known peer: available or not (and why), its version, and whether it has records in
+    this result (``ran``: the impl names that produced records)."""
+    ran = ran or set()
+    liger = _version("liger-kernel") if has("liger_kernel") else None
+    peers = {
+        "torch_eager": {"status": "loaded", "version": torch.__version__},
+        "torch_compile": {
+            "status": "loaded",
+            "version": torch.__version__,
+            "static_compile": compile_mode(),
+            "static_at": COMPILE_MODES[compile_mode()],
+        },
+        "liger": {"status": "loaded", "version": liger}
+        if liger or has("liger_kernel")
+        else {"status": "absent"},
+        "flashinfer": dict(_status.get("flashinfer", {"status": "not requested"})),
+    }
+    for name, info in peers.items():
+        info["ran"] = name in ran
+    return peers

@@ -19,6 +19,37 @@ def _key(record: dict) -> tuple:
     return (record["op"], record["dtype"], tuple(record["shape"]))
 
 
+def _mode(record: dict) -> str:
+    """How a torch_compile row was compiled ('static' or 'auto'); '' for other rows and for
+    results written before the mode was recorded."""
+    return record.get("compile", "")
+
+
+def _compile_legend(result: dict) -> str:
+    modes = {_mode(r) for r in result["records"] if r["impl"] == "torch_compile"} - {""}
+    if not modes:
+        return ""
+    setting = result.get("static_compile")
+    return (
+        " `x torch_compile`: a static graph compiled for that shape (`dynamic=False`)"
+        + (f", static at the shapes of `--static-compile {setting}`" if setting else "")
+        + "; a ratio marked `(auto)` is against default torch.compile (automatic-dynamic after "
+        "the first shape), which is weaker at large shapes."
+    )
+
+
+def _peers_line(result: dict) -> str:
+    peers = result.get("peers")
+    if not peers:
+        return ""
+    parts = []
+    for name, info in peers.items():
+        version = info.get("version") or info.get("build", {}).get("flashinfer_version")
+        state = "ran" if info.get("ran") else info.get("status", "?")
+        parts.append(f"{name} ({version}, {state})" if version else f"{name} ({state})")
+    return "Peers: " + ", ".join(parts) + "."
+
+
 def markdown(group: str, result: dict) -> str:
     """One row per (op, shape, dtype): our time, % of copy, and the ratio of each peer to ours."""
     rows: dict[tuple, dict[str, dict]] = defaultdict(dict)
@@ -31,8 +62,9 @@ def markdown(group: str, result: dict) -> str:
         f"{result['gpu']}, {result['date']}, commit {result['commit']}, copy bandwidth "
         f"{result['copy_gbps']:.0f} GB/s (read + write). Times are medians under CUDA graphs with "
         "inputs rotated past the L2; `x peer` is the peer's time divided by ours (> 1: we are "
-        "faster).",
+        "faster)." + _compile_legend(result),
         "",
+        *([_peers_line(result), ""] if result.get("peers") else []),
         "| op | shape | dtype | ours | us | % of copy | torch copy of its bytes (us) | "
         + " | ".join(f"x {p}" for p in peers)
         + " |",
@@ -42,7 +74,12 @@ def markdown(group: str, result: dict) -> str:
         ours = next((impls[i] for i in OURS if i in impls), None)
         if ours is None:
             continue
-        ratios = [f"{impls[p]['us'] / ours['us']:.2f}" if p in impls else "-" for p in peers]
+        ratios = [
+            f"{impls[p]['us'] / ours['us']:.2f}" + (" (auto)" if _mode(impls[p]) == "auto" else "")
+            if p in impls
+            else "-"
+            for p in peers
+        ]
         torch_copy = f"{ours['copy_us']:.2f}" if "copy_us" in ours else "-"
         lines.append(
             f"| {op} | {list(shape)} | {dtype} | {ours['impl']} | {ours['us']:.2f} | "
@@ -91,7 +128,11 @@ def summary(results: dict[str, dict]) -> str:
                 worst, at = min(ratios)
                 won = sum(ratio >= 1 for ratio, _ in ratios)
                 where = f"{worst:.2f} at {list(at)}" if worst < 1 else f">= {worst:.2f}x"
-                verdicts.append(f"{peer} {won}/{len(ratios)} ({where})")
+                modes = sorted(
+                    {_mode(impls[peer]) for impls in by_shape.values() if peer in impls} - {""}
+                )
+                label = f"{peer} [{'+'.join(modes)}]" if modes else peer
+                verdicts.append(f"{label} {won}/{len(ratios)} ({where})")
             slowest = "-"
             if decode:
                 worst = max(decode, key=lambda r: r["us"])
@@ -123,15 +164,23 @@ def plots(group: str, result: dict, out_dir: Path) -> list[Path]:
         widths = sorted({tuple(r["shape"][1:]) for r in records})
         fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 4), squeeze=False)
         for ax, width in zip(axes[0], widths, strict=True):
-            for impl in sorted({r["impl"] for r in records}):
+            # one line per implementation, torch_compile split by how each shape was compiled
+            for impl, mode in sorted({(r["impl"], _mode(r)) for r in records}):
                 points = sorted(
                     (r["shape"][0], r["gbps"])
                     for r in records
-                    if r["impl"] == impl and tuple(r["shape"][1:]) == width
+                    if r["impl"] == impl and _mode(r) == mode and tuple(r["shape"][1:]) == width
                 )
                 if points:
                     xs, ys = zip(*points, strict=True)
-                    ax.plot(xs, ys, marker="o", label=impl, linewidth=2.5 if impl in OURS else 1.2)
+                    label = f"{impl} [{mode}]" if mode else impl
+                    ax.plot(
+                        xs,
+                        ys,
+                        marker="o" if mode != "auto" else "x",
+                        label=label,
+                        linewidth=2.5 if impl in OURS else 1.2,
+                    )
             ax.axhline(result["copy_gbps"], color="gray", linestyle="--", label="copy")
             ax.set_xscale("log", base=2)
             ax.set_xlabel("tokens")

@@ -13,6 +13,10 @@ HIDDEN = (4096, 7168, 8192)
 QUICK = ((1, 4096), (16, 8192), (64, 7168), (1024, 7168), (8192, 4096), (32768, 8192))
 BANDWIDTH_SHAPES = ((8192, 4096), (8192, 8192), (32768, 4096), (32768, 8192))
 DECODE_TOKENS = (1, 16, 64)
+# Where the torch_compile peer gets a static graph per shape (--static-compile targets): the
+# prefill chunks of the bandwidth targets and every batch up to 128 tokens.
+PREFILL_TOKENS = (8192, 32768)
+DECODE_MAX_TOKENS = 128
 
 
 def token_grid(quick: bool) -> list[tuple[int, int]]:

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import kernels_activation
-from kernels_activation import activation, reference
+from kernels_activation import reference
+from kernels_activation.ops import activation
 from kernels_jit.dispatch import explain
 from shared.testing.builds import compile_group_for_hopper
 from shared.testing.compare import assert_close

@@ -62,7 +62,7 @@ def test_empty_and_bad_arguments():
 
 
 def test_opcheck():
-    from kernels_attention.concat_mla_k import CONCAT_MLA_K
+    from kernels_attention.ops.concat_mla_k import CONCAT_MLA_K
 
     k = torch.empty(3, 4, 24, dtype=torch.bfloat16)
     nope, rope = randn(3, 4, 16, dtype=torch.bfloat16), randn(3, 1, 8, dtype=torch.bfloat16, seed=1)

@@ -120,7 +120,7 @@ def test_bad_arguments():
 
 
 def test_opcheck():
-    from kernels_attention.merge_state import MERGE_STATE
+    from kernels_attention.ops.merge_state import MERGE_STATE
 
     v_a, v_b = randn(3, 2, 16, dtype=torch.float16), randn(3, 2, 16, dtype=torch.float16, seed=1)
     s_a, s_b = randn(3, 2, seed=2), randn(2, 3, seed=3).t()

@@ -121,7 +121,7 @@ def test_bad_arguments():
 
 
 def test_opcheck():
-    from kernels_attention.rope_inplace import ROPE_INPLACE
+    from kernels_attention.ops.rope_inplace import ROPE_INPLACE
 
     q, k = randn(3, 4, 32, dtype=torch.bfloat16), randn(3, 2, 32, dtype=torch.bfloat16, seed=1)
     args = (q, k, _cache(8, 16), torch.tensor([1, 7, 0]), False, None)

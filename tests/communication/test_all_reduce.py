@@ -98,8 +98,8 @@ def test_empty_and_bad_input(comm):
 
 
 def test_opcheck_and_compile(comm):
-    from kernels_communication.all_reduce_add_rmsnorm import ALL_REDUCE_ADD_RMSNORM
-    from kernels_communication.custom_all_reduce import CUSTOM_ALL_REDUCE
+    from kernels_communication.ops.all_reduce_add_rmsnorm import ALL_REDUCE_ADD_RMSNORM
+    from kernels_communication.ops.custom_all_reduce import CUSTOM_ALL_REDUCE
 
     x = _rand(4, 64, seed=4)
     torch.library.opcheck(CUSTOM_ALL_REDUCE.torch_op, (torch.empty_like(x), x, comm.handle, None))

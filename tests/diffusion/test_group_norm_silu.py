@@ -67,7 +67,7 @@ def test_empty_and_bad_input():
 
 
 def test_opcheck():
-    from kernels_diffusion.group_norm_silu import GROUP_NORM_SILU
+    from kernels_diffusion.ops.group_norm_silu import GROUP_NORM_SILU
 
     x, weight, bias = _inputs((2, 8, 3, 3), 8, seed=4)
     out = torch.empty_like(x)

@@ -113,8 +113,8 @@ def test_bad_input():
 
 
 def test_opcheck():
-    from kernels_diffusion.layernorm_scale_shift import LAYERNORM_SCALE_SHIFT
-    from kernels_diffusion.residual_gate_add import RESIDUAL_GATE_ADD
+    from kernels_diffusion.ops.layernorm_scale_shift import LAYERNORM_SCALE_SHIFT
+    from kernels_diffusion.ops.residual_gate_add import RESIDUAL_GATE_ADD
 
     x, scale, shift = _t(2, 3, 8, seed=13), _t(2, 8, seed=14), _t(2, 3, 8, seed=15)
     out = torch.empty_like(x)

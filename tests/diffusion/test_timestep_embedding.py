@@ -64,7 +64,7 @@ def test_empty_and_bad_input():
 
 
 def test_opcheck_and_compile():
-    from kernels_diffusion.timestep_embedding import TIMESTEP_EMBEDDING
+    from kernels_diffusion.ops.timestep_embedding import TIMESTEP_EMBEDDING
 
     t = torch.rand(5) * 1000
     out = torch.empty(5, 33)

@@ -88,8 +88,16 @@ def test_bad_input_errors_name_op_and_argument():
         add_constant(x, 1.0, out=torch.empty(4, dtype=torch.float16))
     with pytest.raises(ValueError, match=r"add_constant: out must have shape \(4,\), got \(5,\)"):
         add_constant(x, 1.0, out=torch.empty(5), backend="torch")
-    with pytest.raises(ValueError, match="not an integer but x is int32"):
+    with pytest.raises(ValueError, match="x is int32, so constant must be a finite integer"):
         add_constant(torch.ones(3, dtype=torch.int32), 0.5)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="x is int32, so constant must be a finite integer"):
+            add_constant(torch.ones(3, dtype=torch.int32), bad)
+    with pytest.raises(
+        ValueError, match=r"in int32 range \[-2147483648, 2147483647\], got 2147483648"
+    ):
+        add_constant(torch.ones(3, dtype=torch.int32), 2**31)
+    assert add_constant(torch.ones(3, dtype=torch.int32), -(2**31)).tolist() == [-(2**31) + 1] * 3
     with pytest.raises(TypeError, match="x must be a torch.Tensor"):
         add_constant([1.0], 1.0)
     with pytest.raises(ValueError, match="backend 'cuda' cannot run here"):
@@ -98,7 +106,7 @@ def test_bad_input_errors_name_op_and_argument():
 
 def test_compiled_kernel_rejects_bad_input_itself():
     """A direct call of the raw function, past the Python checks, fails cleanly in C++."""
-    from kernels_elementwise.add_constant import ADD_CONSTANT_CPU
+    from kernels_elementwise.ops.add_constant import ADD_CONSTANT_CPU
     from kernels_jit import load_module
 
     raw = load_module(ADD_CONSTANT_CPU).add_constant
@@ -116,7 +124,7 @@ def test_torch_compile_fullgraph(device):
 
 
 def test_opcheck():
-    from kernels_elementwise.add_constant import ADD_CONSTANT
+    from kernels_elementwise.ops.add_constant import ADD_CONSTANT
 
     x = randn(64)
     out = torch.empty_like(x)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernels_elementwise import fused_dual_residual_rmsnorm, reference
-from kernels_elementwise.fused_dual_residual_rmsnorm import FUSED_DUAL_RESIDUAL_RMSNORM
+from kernels_elementwise.ops.fused_dual_residual_rmsnorm import FUSED_DUAL_RESIDUAL_RMSNORM
 from shared.testing.compare import assert_close
 from shared.testing.inputs import FLOAT_DTYPES, misaligned, poison, randn
 
@@ -92,9 +92,9 @@ def test_bad_input_errors_name_op_argument_and_value():
         r"got \(3, 8\)",
     ):
         fused_dual_residual_rmsnorm(x, residual[:3], w1, w2)
-    with pytest.raises(ValueError, match=rf"{name}: eps must be finite and >= 0, got -1.0"):
+    with pytest.raises(ValueError, match=rf"{name}: eps must be a finite number >= 0, got -1.0"):
         fused_dual_residual_rmsnorm(x, residual, w1, w2, -1.0)
-    with pytest.raises(ValueError, match=rf"{name}: eps must be finite and >= 0, got nan"):
+    with pytest.raises(ValueError, match=rf"{name}: eps must be a finite number >= 0, got nan"):
         fused_dual_residual_rmsnorm(x, residual, w1, w2, math.nan)
     with pytest.raises(ValueError, match=rf"{name}: out and mid must be different buffers"):
         fused_dual_residual_rmsnorm(x, residual, w1, w2, out=residual, mid=residual)

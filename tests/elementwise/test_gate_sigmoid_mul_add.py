@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kernels_elementwise import gate_sigmoid_mul_add, reference
-from kernels_elementwise.gate_sigmoid_mul_add import GATE_SIGMOID_MUL_ADD
+from kernels_elementwise.ops.gate_sigmoid_mul_add import GATE_SIGMOID_MUL_ADD
 from shared.testing.compare import assert_close
 from shared.testing.inputs import FLOAT_DTYPES, misaligned, poison, randn
 

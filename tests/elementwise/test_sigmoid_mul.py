@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kernels_elementwise import reference, sigmoid_mul
-from kernels_elementwise.sigmoid_mul import SIGMOID_MUL
+from kernels_elementwise.ops.sigmoid_mul import SIGMOID_MUL
 from shared.testing.compare import assert_close
 from shared.testing.inputs import FLOAT_DTYPES, misaligned, poison, randn
 

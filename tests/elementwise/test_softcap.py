@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kernels_elementwise import reference, softcap
-from kernels_elementwise.softcap import SOFTCAP
+from kernels_elementwise.ops.softcap import SOFTCAP
 from shared.testing.compare import assert_close
 from shared.testing.inputs import FLOAT_DTYPES, misaligned, poison, randn
 

@@ -68,7 +68,7 @@ def test_bad_input():
 
 
 def test_opcheck():
-    from kernels_embeddings.scatter_embeddings import SCATTER_EMBEDDINGS
+    from kernels_embeddings.ops.scatter_embeddings import SCATTER_EMBEDDINGS
 
     embeds, mm, positions = _inputs(9, 4, 6, seed=3)
     torch.library.opcheck(SCATTER_EMBEDDINGS.torch_op, (embeds, mm, positions, None, None))

@@ -78,7 +78,7 @@ def test_bad_input():
 
 
 def test_opcheck_and_compile():
-    from kernels_embeddings.vocab_parallel_embedding import VOCAB_PARALLEL_EMBEDDING
+    from kernels_embeddings.ops.vocab_parallel_embedding import VOCAB_PARALLEL_EMBEDDING
 
     weight = torch.randn(12, 8)
     ids = torch.tensor([[0, 3, 11, 20], [-1, 5, 6, 7]])

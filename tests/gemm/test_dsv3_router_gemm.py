@@ -92,7 +92,7 @@ def test_bad_arguments():
 
 
 def test_opcheck():
-    from kernels_gemm.dsv3_router_gemm import DSV3_ROUTER_GEMM
+    from kernels_gemm.ops.dsv3_router_gemm import DSV3_ROUTER_GEMM
 
     x = randn(3, 128, dtype=torch.bfloat16)
     w = randn(16, 128, dtype=torch.bfloat16)

@@ -92,7 +92,7 @@ def test_bad_arguments():
 
 
 def test_opcheck():
-    from kernels_gemm.fp8_scaled_mm import FP8_SCALED_MM
+    from kernels_gemm.ops.fp8_scaled_mm import FP8_SCALED_MM
 
     a, b, sa, sb, bias = _operands(5, 24, 48, seed=5)
     out = torch.empty(5, 24, dtype=torch.bfloat16)

@@ -128,7 +128,7 @@ def test_bad_input():
 
 
 def test_opcheck():
-    from kernels_grammar.apply_token_bitmask_inplace import APPLY_TOKEN_BITMASK_INPLACE
+    from kernels_grammar.ops.apply_token_bitmask_inplace import APPLY_TOKEN_BITMASK_INPLACE
 
     logits, bitmask = _inputs(4, 100, seed=9)
     op = APPLY_TOKEN_BITMASK_INPLACE.torch_op

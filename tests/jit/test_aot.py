@@ -36,7 +36,7 @@ def _fields(spec: ModuleSpec) -> dict:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_precompile_then_load_with_no_jit(sandbox):
-    from kernels_elementwise.add_constant import ADD_CONSTANT_CUDA
+    from kernels_elementwise.ops.add_constant import ADD_CONSTANT_CUDA
 
     one = sandbox.adder("one", flags=("-DOFFSET_VALUE=1",))
     two = sandbox.adder("two", flags=("-DOFFSET_VALUE=2",))

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from kernels_jit import ModuleSpec, cache, declared_modules, load_module, loader
+from kernels_jit.loader import CompiledFunction
 
 
 def test_cpu_module_builds_loads_and_computes(sandbox):
@@ -39,7 +40,7 @@ def test_artifact_layout_and_record(sandbox):
 
 
 def test_reference_add_constant_cpu(sandbox):
-    from kernels_elementwise.add_constant import ADD_CONSTANT_CPU
+    from kernels_elementwise.ops.add_constant import ADD_CONSTANT_CPU
 
     module = load_module(ADD_CONSTANT_CPU)
     x = torch.linspace(-3, 3, 1031, dtype=torch.float32)
@@ -70,8 +71,11 @@ def test_spec_accepts_lists_and_stays_hashable(sandbox):
         flags=["-DOFFSET_VALUE=7"],
     )
     assert spec.sources == ("csrc/adder.h",) and spec.exports == (("add", "add_ints"),)
-    assert hash(spec) == hash(spec.function("add").spec)
-    assert spec.function("add")(1, 1) == 9
+    add = CompiledFunction(spec, "add")
+    assert hash(spec) == hash(add.spec)
+    assert add(1, 1) == 9
+    with pytest.raises(KeyError, match="exports no 'sub'"):
+        CompiledFunction(spec, "sub")
 
 
 @pytest.mark.parametrize(

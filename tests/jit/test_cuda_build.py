@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_add_constant_cuda_builds_for_sm_90a(sandbox, monkeypatch):
-    from kernels_elementwise.add_constant import ADD_CONSTANT_CUDA
+    from kernels_elementwise.ops.add_constant import ADD_CONSTANT_CUDA
 
     monkeypatch.setenv("KERNELS_CUDA_ARCH", "sm_90a")
     module = load_module(ADD_CONSTANT_CUDA)  # dlopen needs no GPU

@@ -1,5 +1,5 @@
 """KERNELS_NO_JIT=1: a hit loads; a miss (or a corrupted artifact) raises ModuleNotBuiltError
-naming the module and the ``kernels-ops build`` command, and compiles nothing."""
+naming the module and the ``kernels-jit build`` command, and compiles nothing."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_miss_raises_module_not_built_naming_the_module_and_command(sandbox, mon
         load_module(spec)
     message = str(caught.value)
     assert spec.uri in message and sandbox.package in message
-    assert f"kernels-ops build --group {sandbox.package} --cpu --cache-dir {sandbox.cache}" in (
+    assert f"kernels-jit build --group {sandbox.package} --cpu --cache-dir {sandbox.cache}" in (
         message
     )
     assert "KERNELS_NO_JIT" in message

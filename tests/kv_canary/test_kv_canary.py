@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kernels_kv_canary import KVSource, kv_canary_verify, kv_canary_write
-from kernels_kv_canary.kv_canary_write import example_sources
+from kernels_kv_canary.ops.kv_canary_write import example_sources
 
 MASK = (1 << 64) - 1
 
@@ -201,8 +201,8 @@ def test_bad_input():
 
 
 def test_opcheck_and_compile():
-    from kernels_kv_canary.kv_canary_verify import KV_CANARY_VERIFY
-    from kernels_kv_canary.kv_canary_write import KV_CANARY_WRITE
+    from kernels_kv_canary.ops.kv_canary_verify import KV_CANARY_VERIFY
+    from kernels_kv_canary.ops.kv_canary_write import KV_CANARY_WRITE
 
     sources, canary, slots, tokens, positions, indptr, seeds = _scenario(seed=4)
     # opcheck's schema test runs arithmetic on every tensor argument; CPU has none for fp8.

@@ -119,7 +119,7 @@ def test_bad_arguments():
 
 
 def test_opcheck():
-    from kernels_kvcache.reshape_and_cache_flash import RESHAPE_AND_CACHE_FLASH
+    from kernels_kvcache.ops.reshape_and_cache_flash import RESHAPE_AND_CACHE_FLASH
 
     key, value = randn(3, 2, 16, seed=1), randn(3, 2, 8, seed=2)
     kc, vc = torch.zeros(2, 4, 2, 16), torch.zeros(2, 4, 2, 8)

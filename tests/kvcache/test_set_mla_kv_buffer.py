@@ -97,7 +97,7 @@ def test_bad_arguments():
 
 
 def test_opcheck():
-    from kernels_kvcache.set_mla_kv_buffer import SET_MLA_KV_BUFFER
+    from kernels_kvcache.ops.set_mla_kv_buffer import SET_MLA_KV_BUFFER
 
     buf = torch.zeros(6, 1, 24, dtype=torch.bfloat16)
     nope = randn(3, 1, 16, dtype=torch.bfloat16)

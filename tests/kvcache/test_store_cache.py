@@ -134,7 +134,7 @@ def test_bad_arguments():
 
 
 def test_opcheck():
-    from kernels_kvcache.store_cache import STORE_CACHE
+    from kernels_kvcache.ops.store_cache import STORE_CACHE
 
     k, v = randn(5, 32, dtype=torch.bfloat16), randn(5, 16, dtype=torch.bfloat16, seed=1)
     kc = torch.zeros(8, 32, dtype=torch.bfloat16)

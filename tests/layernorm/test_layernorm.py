@@ -132,12 +132,12 @@ def test_torch_compile_fullgraph(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
-    from kernels_layernorm.layer_norm import LAYERNORM
+    from kernels_layernorm.ops.layernorm import LAYERNORM
 
     x = _rand(8, 256, device=device, seed=13)
     w, b = torch.ones(256, device=device), _rand(256, device=device, seed=14)
-    torch.library.opcheck(LAYERNORM.torch_op, (torch.empty_like(x), x, w, b, 1e-5, -1, None))
-    torch.library.opcheck(LAYERNORM.torch_op, (torch.empty_like(x), x, w, None, 1e-5, -1, None))
+    torch.library.opcheck(LAYERNORM.torch_op, (torch.empty_like(x), x, w, b, 1e-5, None))
+    torch.library.opcheck(LAYERNORM.torch_op, (torch.empty_like(x), x, w, None, 1e-5, None))
 
 
 def test_bad_input_errors():
@@ -172,7 +172,7 @@ def test_bad_input_errors_on_gpu():
 
 def test_compiled_function_validates_its_arguments():
     from kernels_jit import load_module
-    from kernels_layernorm.layer_norm import LAYERNORM_CUDA
+    from kernels_layernorm.ops.layernorm import LAYERNORM_CUDA
     from shared.testing.builds import cuda_arch
 
     with cuda_arch():

@@ -159,12 +159,12 @@ def test_torch_compile_fullgraph(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
-    from kernels_layernorm.qk_norm import QK_RMSNORM
+    from kernels_layernorm.ops.qk_rmsnorm import QK_RMSNORM
 
     q = _rand(3, 4, 64, device=device, seed=13)
     k = _rand(3, 2, 64, device=device, seed=14)
     w = torch.ones(64, device=device)
-    torch.library.opcheck(QK_RMSNORM.torch_op, (q, k, w, w, 1e-6, -1, None))
+    torch.library.opcheck(QK_RMSNORM.torch_op, (q, k, w, w, 1e-6, None))
 
 
 def test_bad_input_errors():
@@ -211,7 +211,7 @@ def test_bad_input_errors_on_gpu():
 
 def test_compiled_function_validates_its_arguments():
     from kernels_jit import load_module
-    from kernels_layernorm.rms_norm import RMSNORM_CUDA
+    from kernels_layernorm.ops.rmsnorm import RMSNORM_CUDA
     from shared.testing.builds import cuda_arch
 
     with cuda_arch():

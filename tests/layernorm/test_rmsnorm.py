@@ -280,7 +280,7 @@ def test_torch_compile_fullgraph(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
-    from kernels_layernorm.rms_norm import (
+    from kernels_layernorm.ops.rmsnorm import (
         FUSED_ADD_RMSNORM,
         GEMMA_FUSED_ADD_RMSNORM,
         GEMMA_RMSNORM,
@@ -290,9 +290,9 @@ def test_opcheck(device):
     x = _rand(8, 256, device=device, seed=11)
     w = _weight(256, torch.float32, device)
     for op in (RMSNORM, GEMMA_RMSNORM):
-        torch.library.opcheck(op.torch_op, (torch.empty_like(x), x, w, 1e-6, -1, None))
+        torch.library.opcheck(op.torch_op, (torch.empty_like(x), x, w, 1e-6, None))
     for op in (FUSED_ADD_RMSNORM, GEMMA_FUSED_ADD_RMSNORM):
-        torch.library.opcheck(op.torch_op, (x.clone(), torch.randn_like(x), w, 1e-6, -1, None))
+        torch.library.opcheck(op.torch_op, (x.clone(), torch.randn_like(x), w, 1e-6, None))
 
 
 def test_bad_input_errors_name_op_and_argument():
@@ -390,7 +390,7 @@ def test_compiled_functions_validate_their_arguments():
     """The raw compiled functions, called past the Python checks with CPU tensors, reject bad
     arguments themselves (all checks precede the device check, so they run without a GPU)."""
     from kernels_jit import load_module
-    from kernels_layernorm.rms_norm import RMSNORM_CUDA
+    from kernels_layernorm.ops.rmsnorm import RMSNORM_CUDA
     from shared.testing.builds import cuda_arch
 
     with cuda_arch():

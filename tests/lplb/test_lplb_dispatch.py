@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernels_lplb import lplb_dispatch, reference
-from kernels_lplb.lplb_dispatch import replicated_layout
+from kernels_lplb.ops.lplb_dispatch import replicated_layout
 
 I32 = torch.int32
 
@@ -119,7 +119,7 @@ def test_empty_and_bad_input():
 
 
 def test_opcheck():
-    from kernels_lplb.lplb_dispatch import LPLB_DISPATCH
+    from kernels_lplb.ops.lplb_dispatch import LPLB_DISPATCH
 
     phy2log, log2phy = replicated_layout(8, 4, 4, seed=5)
     topk = torch.randint(0, 8, (16, 2), generator=torch.Generator().manual_seed(0), dtype=I32)

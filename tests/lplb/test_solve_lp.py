@@ -155,7 +155,7 @@ def test_empty_and_bad_input():
 
 
 def test_opcheck_and_compile():
-    from kernels_lplb.solve_lp import SOLVE_LP
+    from kernels_lplb.ops.solve_lp import SOLVE_LP
 
     a, b, c = (t.float() for t in feasible_bounded(2, 3, 6, seed=5))
     x, status = torch.empty(2, 6), torch.empty(2, dtype=torch.int32)

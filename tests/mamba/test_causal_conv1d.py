@@ -206,8 +206,8 @@ def test_update_empty_and_errors():
 
 
 def test_opcheck():
-    from kernels_mamba.causal_conv1d_fwd import CAUSAL_CONV1D_FWD
-    from kernels_mamba.causal_conv1d_update import CAUSAL_CONV1D_UPDATE
+    from kernels_mamba.ops.causal_conv1d_fwd import CAUSAL_CONV1D_FWD
+    from kernels_mamba.ops.causal_conv1d_update import CAUSAL_CONV1D_UPDATE
 
     x, weight, bias = _rand(8, 9, seed=21), _rand(8, 3, seed=22), _rand(8, seed=23)
     states = _rand(3, 8, 2, seed=24)

@@ -122,7 +122,7 @@ def test_empty_and_errors():
 
 
 def test_opcheck_and_compile():
-    from kernels_mamba.selective_state_update import SELECTIVE_STATE_UPDATE
+    from kernels_mamba.ops.selective_state_update import SELECTIVE_STATE_UPDATE
 
     state, x, dt, A, B, C, D, z, dt_bias = _inputs(2, 4, 8, 16, 2, seed=4)
     out = torch.empty(2, 4, 8)

@@ -131,7 +131,7 @@ def test_errors():
 
 
 def test_opcheck_and_compile():
-    from kernels_memory.alloc_extend import ALLOC_EXTEND
+    from kernels_memory.ops.alloc_extend import ALLOC_EXTEND
 
     prefix, seq, last, free = (torch.tensor(x) for x in ([3, 0], [9, 2], [11, -1], [4, 6, 8]))
     out = torch.empty(8, dtype=torch.int64)

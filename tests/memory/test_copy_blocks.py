@@ -60,7 +60,7 @@ def test_errors():
 
 
 def test_opcheck_and_compile():
-    from kernels_memory.copy_blocks import COPY_BLOCKS
+    from kernels_memory.ops.copy_blocks import COPY_BLOCKS
 
     keys = _caches(2, 6, (4,), torch.float32, seed=5)
     values = _caches(2, 6, (4,), torch.float32, seed=6)

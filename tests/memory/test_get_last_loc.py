@@ -130,8 +130,8 @@ def test_write_errors():
 
 
 def test_opcheck_and_compile():
-    from kernels_memory.get_last_loc import GET_LAST_LOC
-    from kernels_memory.write_req_to_token_pool import WRITE_REQ_TO_TOKEN_POOL
+    from kernels_memory.ops.get_last_loc import GET_LAST_LOC
+    from kernels_memory.ops.write_req_to_token_pool import WRITE_REQ_TO_TOKEN_POOL
 
     table = _table(5, 10, seed=3)
     idx, starts, ends = torch.tensor([4, 0]), torch.tensor([1, 3]), torch.tensor([4, 5])

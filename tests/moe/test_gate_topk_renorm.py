@@ -156,7 +156,7 @@ def test_bad_arguments():
 
 
 def test_opcheck():
-    from kernels_moe.gate_topk_renorm import GATE_TOPK_RENORM
+    from kernels_moe.ops.gate_topk_renorm import GATE_TOPK_RENORM
 
     logits = _spaced_logits(4, 32, seed=9)
     w, ids = torch.empty(4, 4), torch.empty(4, 4, dtype=torch.int32)

@@ -110,7 +110,7 @@ def test_empty_and_bad_arguments():
 
 
 def test_opcheck():
-    from kernels_moe.moe_align_block_size import MOE_ALIGN_BLOCK_SIZE
+    from kernels_moe.ops.moe_align_block_size import MOE_ALIGN_BLOCK_SIZE
 
     ids = torch.randint(
         -1, 6, (5, 2), dtype=torch.int32, generator=torch.Generator().manual_seed(1)

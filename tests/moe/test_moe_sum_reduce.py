@@ -65,7 +65,7 @@ def test_bad_arguments():
 
 
 def test_opcheck():
-    from kernels_moe.moe_sum_reduce import MOE_SUM_REDUCE
+    from kernels_moe.ops.moe_sum_reduce import MOE_SUM_REDUCE
 
     x = randn(4, 3, 32, dtype=torch.bfloat16)
     out = torch.empty(4, 32, dtype=torch.bfloat16)

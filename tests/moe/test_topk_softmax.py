@@ -122,7 +122,7 @@ def test_bad_arguments():
 
 
 def test_opcheck():
-    from kernels_moe.topk_softmax import TOPK_SOFTMAX
+    from kernels_moe.ops.topk_softmax import TOPK_SOFTMAX
 
     gating = _spaced_logits(5, 16, seed=4)
     w, ids = torch.empty(5, 4), torch.empty(5, 4, dtype=torch.int32)

@@ -72,14 +72,58 @@ def test_generated_files_are_current():
 
 def test_registry_targets_resolve():
     for spec in all_ops():
-        targets = (
-            [spec.public, spec.samples]
-            + [b.target for b in spec.backends]
-            + [b.eligible for b in spec.backends if b.eligible]
-        )
-        for target in targets:
+        for target in [spec.public, spec.samples] + [b.target for b in spec.backends]:
             assert target_exists(target), f"{spec.id}: module of {target!r} does not exist"
             resolve_target(target)
+
+
+def test_op_files_define_only_declared_backends():
+    """Every ``_<op>_<backend>`` / ``_<op>_<backend>_eligible`` in an op file belongs to a
+    declared backend: a backend written but not declared (or a misspelt predicate) would never
+    run."""
+    by_module: dict[str, list] = {}
+    for spec in all_ops():
+        by_module.setdefault(spec.module, []).append(spec)
+    for module_name, specs in by_module.items():
+        module = importlib.import_module(module_name)
+        expected = {b.target.partition(":")[2] for s in specs for b in s.backends}
+        expected |= {b.eligible.partition(":")[2] for s in specs for b in s.backends if b.eligible}
+        pattern = re.compile(
+            "^_(" + "|".join(s.name for s in specs) + ")_(cuda|cpu|triton|torch)(_eligible)?$"
+        )
+        defined = {name for name in vars(module) if pattern.match(name)}
+        assert defined <= expected, f"{module_name}: undeclared {sorted(defined - expected)}"
+
+
+def test_samples_cover_every_declared_dtype():
+    """Dtypes are declared once (the one-line ``op(...)``): the op file's ``Op.dtypes`` and every
+    fast backend take them from there. The samples must call the op with each of them, so that
+    ``kernels-ops check`` on a GPU runs every backend (and its C++ dtype dispatch) on every
+    declared dtype, and a backend that lacks one fails there. (Ops with only the torch
+    reference are exempt until their fast backend lands.)"""
+    import torch
+
+    from kernels_jit.dispatch import get_op
+
+    for spec in all_ops():
+        op = get_op(spec.id)
+        if not spec.fast_backends:
+            continue
+        assert op.dtypes == tuple(getattr(torch, d) for d in spec.dtypes), spec.id
+        seen = set()
+
+        def record(*args, backend=None, op=op, seen=seen):
+            seen.add(args[op.device_arg].dtype)
+
+        op.run = record
+        try:
+            public = resolve_target(spec.public)
+            for args, kwargs in resolve_target(spec.samples)(torch.device("cpu")):
+                public(*args, **kwargs)
+        finally:
+            op.run = op._call
+        missing = set(op.dtypes) - seen
+        assert not missing, f"{spec.id}: samples never call it with {sorted(map(str, missing))}"
 
 
 def test_declared_modules_have_their_sources_inside_the_package():

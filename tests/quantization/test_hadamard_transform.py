@@ -94,7 +94,7 @@ def _fwht_rows(x: torch.Tensor) -> torch.Tensor:
 
 
 def test_opcheck():
-    from kernels_quantization.hadamard_transform import HADAMARD_TRANSFORM
+    from kernels_quantization.ops.hadamard_transform import HADAMARD_TRANSFORM
 
     x = randn(3, 24)
     torch.library.opcheck(HADAMARD_TRANSFORM.torch_op, (torch.empty_like(x), x, 0.25, None))

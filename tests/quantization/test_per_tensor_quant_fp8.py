@@ -82,7 +82,7 @@ def test_bad_arguments():
 
 
 def test_opcheck_static_and_dynamic():
-    from kernels_quantization.per_tensor_quant_fp8 import PER_TENSOR_QUANT_FP8
+    from kernels_quantization.ops.per_tensor_quant_fp8 import PER_TENSOR_QUANT_FP8
 
     x = randn(6, 32, dtype=torch.float16)
     q = torch.empty(6, 32, dtype=torch.float8_e4m3fn)

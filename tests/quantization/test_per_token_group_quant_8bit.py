@@ -204,7 +204,7 @@ def test_bad_arguments():
 
 def test_opcheck_int8():
     """The int8 output lets opcheck run all its tests (test_schema cannot compare fp8 tensors)."""
-    from kernels_quantization.per_token_group_quant_8bit import PER_TOKEN_GROUP_QUANT_8BIT
+    from kernels_quantization.ops.per_token_group_quant_8bit import PER_TOKEN_GROUP_QUANT_8BIT
 
     x = randn(7, 128, dtype=torch.bfloat16)
     q = torch.empty(7, 128, dtype=torch.int8)

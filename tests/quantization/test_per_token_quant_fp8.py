@@ -92,7 +92,7 @@ def test_bad_arguments():
 
 
 def test_opcheck():
-    from kernels_quantization.per_token_quant_fp8 import PER_TOKEN_QUANT_FP8
+    from kernels_quantization.ops.per_token_quant_fp8 import PER_TOKEN_QUANT_FP8
 
     x = randn(5, 64, dtype=torch.bfloat16)
     q = torch.empty(5, 64, dtype=torch.float8_e4m3fn)

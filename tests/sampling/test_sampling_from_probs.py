@@ -155,7 +155,7 @@ def test_bad_input():
 
 
 def test_opcheck():
-    from kernels_sampling.sampling_from_probs import SAMPLING_FROM_PROBS
+    from kernels_sampling.ops.sampling_from_probs import SAMPLING_FROM_PROBS
 
     probs = _probs(4, 50, seed=7)
     samples = torch.empty(4, dtype=torch.int32)

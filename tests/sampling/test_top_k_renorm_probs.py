@@ -122,7 +122,7 @@ def test_bad_input():
 
 
 def test_opcheck():
-    from kernels_sampling.top_k_renorm_probs import TOP_K_RENORM_PROBS
+    from kernels_sampling.ops.top_k_renorm_probs import TOP_K_RENORM_PROBS
 
     probs = _probs(3, 64, seed=5)
     ks = torch.tensor([1, 5, 64], dtype=torch.int32)

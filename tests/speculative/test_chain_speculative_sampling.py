@@ -164,7 +164,7 @@ def test_bad_input():
 
 
 def test_opcheck_and_compile():
-    from kernels_speculative.chain_speculative_sampling import CHAIN_SPECULATIVE_SAMPLING
+    from kernels_speculative.ops.chain_speculative_sampling import CHAIN_SPECULATIVE_SAMPLING
 
     draft, ids, target = _inputs(3, 2, 16, seed=5)
     outs = (

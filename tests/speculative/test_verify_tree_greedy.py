@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernels_speculative import verify_tree_greedy
-from kernels_speculative.verify_tree_greedy import chain_tree
+from kernels_speculative.ops.verify_tree_greedy import chain_tree
 
 
 def oracle(cand, index, child, sibling, target, steps, predicts, accept_index, accept_num):
@@ -184,7 +184,7 @@ def test_bad_input():
 
 
 def test_opcheck():
-    from kernels_speculative.verify_tree_greedy import VERIFY_TREE_GREEDY
+    from kernels_speculative.ops.verify_tree_greedy import VERIFY_TREE_GREEDY
 
     cand, index, child, sibling, target = random_trees(3, 6, 2, seed=1)
     args = (

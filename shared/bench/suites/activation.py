@@ -1,5 +1,7 @@
 """Benchmarks of the activation group: our CUDA kernels against torch eager (the reference),
-torch.compile of the reference and Liger-Kernel where it has the op, on the same inputs.
+torch.compile of the reference (a static graph per target shape, see peers.py), Liger-Kernel and
+FlashInfer's CUDA act_and_mul kernels (silu, gelu, gelu_tanh; built by
+shared/bench/build_flashinfer_peer.py) where they have the op, on the same inputs.
 
 Expected ceiling: the gated ops move 3 bytes-per-element x T x d (read 2d, write d; bf16 x2),
 relu2 2 x T x d x 2; at the H200's ~4.27 TB/s copy rate 32768 x 8192 bf16 silu_and_mul (1.61 GB)
@@ -14,9 +16,10 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from kernels_activation import activation, reference
+import kernels_activation as activation  # the public ops, resolved lazily by the group
+from kernels_activation import reference
 from shared.bench.harness import Case
-from shared.bench.peers import compiled, has
+from shared.bench.peers import Checked, flashinfer, flashinfer_pdl, has, torch_compile
 from shared.bench.shapes import token_grid
 
 DTYPE = torch.bfloat16
@@ -43,6 +46,7 @@ def gated_cases(name: str, quick: bool) -> Iterator[Case]:
     op = getattr(activation, name)
     ref = getattr(reference, name)
     liger = _liger_gated(name)
+    fi = flashinfer()
     for tokens, d in token_grid(quick):
 
         def make(tokens=tokens, d=d, halves=bool(liger and liger[1])):
@@ -55,10 +59,17 @@ def gated_cases(name: str, quick: bool) -> Iterator[Case]:
         impls = {
             "cuda": lambda s, op=op: op(s["x"], out=s["out"], backend="cuda"),
             "torch_eager": lambda s, ref=ref: ref(s["x"]),
-            "torch_compile": lambda s, ref=ref: compiled(ref)(s["x"]),
+            "torch_compile": torch_compile(ref, [tokens, d], lambda f, s: f(s["x"])),
         }
         if liger:
             impls["liger"] = liger[0]
+        if fi is not None:  # into the preallocated output, like ours
+            fi_op, pdl = getattr(fi, name), flashinfer_pdl()
+            impls["flashinfer"] = Checked(
+                lambda s, fi_op=fi_op, pdl=pdl: fi_op(s["out"], s["x"], pdl),
+                expected=lambda s, ref=ref: ref(s["x"]),
+                outputs=lambda s, _: s["out"],
+            )
         yield Case(
             op=name,
             shape=[tokens, d],
@@ -85,7 +96,7 @@ def relu2_cases(quick: bool) -> Iterator[Case]:
         impls = {
             "cuda": lambda s: activation.relu2(s["x"], out=s["out"], backend="cuda"),
             "torch_eager": lambda s: reference.relu2(s["x"]),
-            "torch_compile": lambda s: compiled(reference.relu2)(s["x"]),
+            "torch_compile": torch_compile(reference.relu2, [tokens, d], lambda f, s: f(s["x"])),
         }
         if liger:
             impls["liger"] = lambda s, f=liger: f(s["x"])

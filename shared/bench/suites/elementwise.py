@@ -1,7 +1,8 @@
 """Benchmarks of the elementwise group, plus the JIT costs of its reference kernel.
 
 softcap, sigmoid_mul, gate_sigmoid_mul_add and fused_dual_residual_rmsnorm run against torch
-eager (the reference) and torch.compile of the reference, at tokens 1..32768 x hidden
+eager (the reference) and torch.compile of the reference (a static graph per target shape, see
+peers.py; FlashInfer has none of these ops), at tokens 1..32768 x hidden
 4096/7168/8192 in bf16. Expected ceiling: minimum bytes / ~4.27 TB/s (e.g. 32768 x 8192 softcap,
 1.07 GB: ~251 us); decode shapes are launch-bound (~1-2 us under CUDA graphs).
 """
@@ -26,7 +27,7 @@ from kernels_elementwise import (
     softcap,
 )
 from shared.bench.harness import Case, host_cost_us
-from shared.bench.peers import compiled
+from shared.bench.peers import torch_compile
 from shared.bench.shapes import token_grid
 
 DTYPE = torch.bfloat16
@@ -57,7 +58,9 @@ def add_constant_cases(quick: bool) -> Iterator[Case]:
                 impls={
                     "cuda": lambda s: add_constant(s[0], 1.5, out=s[1], backend="cuda"),
                     "torch_eager": lambda s: torch.add(s[0], 1.5, out=s[1]),
-                    "torch_compile": lambda s: compiled(reference.add_constant)(s[0], 1.5),
+                    "torch_compile": torch_compile(
+                        reference.add_constant, [n], lambda f, s: f(s[0], 1.5)
+                    ),
                 },
             )
 
@@ -78,7 +81,9 @@ def softcap_cases(quick: bool) -> Iterator[Case]:
             impls={
                 "cuda": lambda s: softcap(s["x"], SOFTCAP, out=s["out"], backend="cuda"),
                 "torch_eager": lambda s: reference.softcap(s["x"], SOFTCAP),
-                "torch_compile": lambda s: compiled(reference.softcap)(s["x"], SOFTCAP),
+                "torch_compile": torch_compile(
+                    reference.softcap, [tokens, hidden], lambda f, s: f(s["x"], SOFTCAP)
+                ),
             },
         )
 
@@ -101,7 +106,9 @@ def sigmoid_mul_cases(quick: bool) -> Iterator[Case]:
             impls={
                 "cuda": lambda s: sigmoid_mul(s["x"], s["gate"], out=s["out"], backend="cuda"),
                 "torch_eager": lambda s: reference.sigmoid_mul(s["x"], s["gate"]),
-                "torch_compile": lambda s: compiled(reference.sigmoid_mul)(s["x"], s["gate"]),
+                "torch_compile": torch_compile(
+                    reference.sigmoid_mul, [tokens, hidden], lambda f, s: f(s["x"], s["gate"])
+                ),
             },
             note=f"x, gate [T, H, {HEAD_DIM}], full gate",
         )
@@ -139,8 +146,10 @@ def gate_sigmoid_mul_add_cases(quick: bool) -> Iterator[Case]:
                 "torch_eager": lambda s: reference.gate_sigmoid_mul_add(
                     s["h"], s["w"], s["shared"], s["routed"]
                 ),
-                "torch_compile": lambda s: compiled(reference.gate_sigmoid_mul_add)(
-                    s["h"], s["w"], s["shared"], s["routed"]
+                "torch_compile": torch_compile(
+                    reference.gate_sigmoid_mul_add,
+                    [tokens, hidden],
+                    lambda f, s: f(s["h"], s["w"], s["shared"], s["routed"]),
                 ),
             },
             note=f"K={GATE_K}, with routed",
@@ -185,8 +194,10 @@ def fused_dual_residual_rmsnorm_cases(quick: bool) -> Iterator[Case]:
                 "torch_eager": lambda s: reference.fused_dual_residual_rmsnorm(
                     s["x"], s["residual"], s["w1"], s["w2"], 1e-6
                 ),
-                "torch_compile": lambda s: compiled(reference.fused_dual_residual_rmsnorm)(
-                    s["x"], s["residual"], s["w1"], s["w2"], 1e-6
+                "torch_compile": torch_compile(
+                    reference.fused_dual_residual_rmsnorm,
+                    [tokens, hidden],
+                    lambda f, s: f(s["x"], s["residual"], s["w1"], s["w2"], 1e-6),
                 ),
             },
         )
@@ -202,7 +213,7 @@ def cases(quick: bool) -> Iterator[Case]:
 
 _COLD = """
 import time, torch, tvm_ffi
-from kernels_elementwise.add_constant import ADD_CONSTANT_CUDA
+from kernels_elementwise.ops.add_constant import ADD_CONSTANT_CUDA
 from kernels_jit import load_module
 t = time.perf_counter(); load_module(ADD_CONSTANT_CUDA); print(time.perf_counter() - t)
 """
@@ -218,7 +229,7 @@ def _timed_load(cache: str, jobs: int) -> float:
 
 def add_constant_host_cost() -> dict:
     """Host cost per call of the public op against the raw tvm-ffi function (budget: 1 us)."""
-    from kernels_elementwise.add_constant import ADD_CONSTANT_CUDA
+    from kernels_elementwise.ops.add_constant import ADD_CONSTANT_CUDA
     from kernels_jit import load_module
 
     raw = load_module(ADD_CONSTANT_CUDA).add_constant

@@ -1,5 +1,7 @@
 """Benchmarks of the layernorm group: every op against torch eager (the reference), torch.compile
-of the reference and Liger-Kernel where it has the op, plus the host cost of a public call.
+of the reference (a static graph per target shape, see peers.py), Liger-Kernel and FlashInfer's
+CUDA kernels (built by shared/bench/build_flashinfer_peer.py) where they have the op, plus the host
+cost of a public call.
 
 Expected ceiling, stated before measuring: every op is memory-bound (a few flops per byte), so at
 large shapes the floor is the minimum bytes over the measured copy bandwidth (~4.27 TB/s on the
@@ -23,7 +25,7 @@ from kernels_layernorm import (
     rmsnorm,
 )
 from shared.bench.harness import Case, host_cost_us
-from shared.bench.peers import compiled, has
+from shared.bench.peers import Checked, flashinfer, flashinfer_pdl, has, torch_compile
 from shared.bench.shapes import TOKENS, token_grid
 
 QK_HEADS = ((32, 8),)  # (q heads, k heads) of [T, H, 128]
@@ -50,13 +52,21 @@ def _norm_case(name: str, op: Callable, ref: Callable, tokens: int, hidden: int)
     impls = {
         "cuda": lambda s: op(s[0], s[1], EPS, out=s[2], backend="cuda"),
         "torch_eager": lambda s: ref(s[0], s[1], EPS),
-        "torch_compile": lambda s: compiled(ref)(s[0], s[1], EPS),
+        "torch_compile": torch_compile(ref, [tokens, hidden], lambda f, s: f(s[0], s[1], EPS)),
     }
     if _liger("rms_norm"):
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
         offset, mode = (1.0, "gemma") if gemma else (0.0, "llama")
         impls["liger"] = lambda s: LigerRMSNormFunction.apply(s[0], s[1], EPS, offset, mode, False)
+    fi = flashinfer()
+    if fi is not None:
+        fi_op, pdl = getattr(fi, name), flashinfer_pdl()
+        impls["flashinfer"] = Checked(
+            lambda s: fi_op(s[2], s[0], s[1], EPS, pdl),
+            expected=lambda s: ref(s[0], s[1], EPS),
+            outputs=lambda s, _: s[2],
+        )
     return Case(
         op=name,
         shape=[tokens, hidden],
@@ -78,7 +88,9 @@ def _fused_case(name: str, op: Callable, ref: Callable, tokens: int, hidden: int
         # In place, as engines call it: x and residual are both read and both written.
         "cuda": lambda s: op(s[0], s[1], s[2], EPS, backend="cuda"),
         "torch_eager": lambda s: ref(s[0], s[1], s[2], EPS),
-        "torch_compile": lambda s: compiled(ref)(s[0], s[1], s[2], EPS),
+        "torch_compile": torch_compile(
+            ref, [tokens, hidden], lambda f, s: f(s[0], s[1], s[2], EPS)
+        ),
     }
     if _liger("fused_add_rms_norm"):
         from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
@@ -86,6 +98,14 @@ def _fused_case(name: str, op: Callable, ref: Callable, tokens: int, hidden: int
         offset, mode = (1.0, "gemma") if gemma else (0.0, "llama")
         impls["liger"] = lambda s: LigerFusedAddRMSNormFunction.apply(
             s[0], s[1], s[2], EPS, offset, mode, False
+        )
+    fi = flashinfer()
+    if fi is not None:  # in place like ours: x <- norm(x + residual), residual <- x + residual
+        fi_op, pdl = getattr(fi, name), flashinfer_pdl()
+        impls["flashinfer"] = Checked(
+            lambda s: fi_op(s[0], s[1], s[2], EPS, pdl),
+            expected=lambda s: ref(s[0], s[1], s[2], EPS),
+            outputs=lambda s, _: (s[0], s[1]),
         )
     return Case(
         op=name,
@@ -145,7 +165,11 @@ def qk_rmsnorm_cases(quick: bool) -> Iterator[Case]:
                 impls={
                     "cuda": lambda s: qk_rmsnorm(*s, EPS, backend="cuda"),
                     "torch_eager": lambda s: reference.qk_rmsnorm(*s, EPS),
-                    "torch_compile": lambda s: compiled(reference.qk_rmsnorm)(*s, EPS),
+                    "torch_compile": torch_compile(
+                        reference.qk_rmsnorm,
+                        [tokens, hq, hk, HEAD_DIM],
+                        lambda f, s: f(*s, EPS),
+                    ),
                 },
                 note="q [T, Hq, 128] and k [T, Hk, 128] head-strided in a qkv buffer",
             )
@@ -153,22 +177,33 @@ def qk_rmsnorm_cases(quick: bool) -> Iterator[Case]:
 
 def layernorm_cases(quick: bool) -> Iterator[Case]:
     shapes = [(8192, 4096), (32768, 8192)] if quick else token_grid(quick)
+    fi = flashinfer()
     for tokens, hidden in shapes:
 
-        def make(tokens=tokens, hidden=hidden):
+        def make(tokens=tokens, hidden=hidden, fp32_affine=fi is not None):
             x = torch.randn(tokens, hidden, device="cuda").to(DTYPE)
-            b = (0.1 * torch.randn(hidden, device="cuda")).to(DTYPE)
-            return x, _weight(hidden), b, torch.empty_like(x)
+            w, b = _weight(hidden), (0.1 * torch.randn(hidden, device="cuda")).to(DTYPE)
+            if fp32_affine:  # FlashInfer's CUDA layernorm takes fp32 gamma and beta
+                return x, w, b, torch.empty_like(x), w.float(), b.float()
+            return x, w, b, torch.empty_like(x)
 
         impls = {
             "cuda": lambda s: layernorm(s[0], s[1], s[2], 1e-5, out=s[3], backend="cuda"),
             "torch_eager": lambda s: reference.layernorm(s[0], s[1], s[2], 1e-5),
-            "torch_compile": lambda s: compiled(reference.layernorm)(s[0], s[1], s[2], 1e-5),
+            "torch_compile": torch_compile(
+                reference.layernorm, [tokens, hidden], lambda f, s: f(s[0], s[1], s[2], 1e-5)
+            ),
         }
         if _liger("layer_norm"):
             from liger_kernel.ops.layer_norm import LigerLayerNormFunction
 
             impls["liger"] = lambda s: LigerLayerNormFunction.apply(s[0], s[1], s[2], 1e-5)
+        if fi is not None:
+            impls["flashinfer"] = Checked(
+                lambda s: fi.layernorm(s[3], s[0], s[4], s[5], 1e-5),
+                expected=lambda s: reference.layernorm(s[0], s[1], s[2], 1e-5),
+                outputs=lambda s, _: s[3],
+            )
         yield Case(
             op="layernorm",
             shape=[tokens, hidden],
@@ -180,18 +215,7 @@ def layernorm_cases(quick: bool) -> Iterator[Case]:
         )
 
 
-def _compile_every_shape() -> None:
-    """torch.compile specialises per shape (``dynamic=False``) and, past ``recompile_limit`` (8)
-    shapes of one function, silently runs it eagerly: the torch_compile peer of later shapes would
-    be eager. Allow every shape of the sweep, and fail loudly (a skipped record) past that."""
-    import torch._dynamo.config as dynamo
-
-    dynamo.recompile_limit = max(dynamo.recompile_limit, 64)
-    dynamo.fail_on_recompile_limit_hit = True
-
-
 def cases(quick: bool) -> Iterator[Case]:
-    _compile_every_shape()
     yield from rmsnorm_cases(quick)
     yield from qk_rmsnorm_cases(quick)
     yield from layernorm_cases(quick)
@@ -201,7 +225,7 @@ def rmsnorm_host_cost() -> dict:
     """Host cost per call (tiny input) of the public ops and of the raw compiled functions; the
     difference is the Python of validation and dispatch (budget: 1 us)."""
     from kernels_jit import load_module
-    from kernels_layernorm.rms_norm import RMSNORM_CUDA
+    from kernels_layernorm.ops.rmsnorm import RMSNORM_CUDA
 
     raw = load_module(RMSNORM_CUDA)
     x = torch.randn(16, 4096, device="cuda").to(DTYPE)

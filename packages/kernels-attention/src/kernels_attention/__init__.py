@@ -8,28 +8,17 @@ first attribute access::
 """
 
 from kernels_attention.version import __version__
-from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
-
-_FLOATS = ("float32", "float16", "bfloat16")
-
-
-def _op(name: str, description: str, dtypes: tuple[str, ...] = _FLOATS) -> OpSpec:
-    """An op of this group; for now its only backend is the pure-torch reference."""
-    return reference_op("attention", name, description, dtypes=dtypes)
-
+from kernels_jit.registry import FLOATS, lazy_ops, op, register_group
 
 OPS = register_group(
-    "attention",
-    [
-        _op("rope_inplace", "rotary embedding in place from a cos/sin cache; NeoX/GPT-J, partial"),
-        _op("merge_state", "merge two partial attention outputs by their (natural-log) LSE"),
-        _op(
-            "concat_mla_k",
-            "MLA key [T, H, nope+rope] from per-head nope and a shared rope part",
-            (*_FLOATS, "float8_e4m3fn"),
-        ),
-    ],
-)
+    __name__,
+    op("rope_inplace", "rotary embedding in place from a cos/sin cache; NeoX/GPT-J, partial",
+       dtypes=FLOATS),
+    op("merge_state", "merge two partial attention outputs by their (natural-log) LSE",
+       dtypes=FLOATS),
+    op("concat_mla_k", "MLA key [T, H, nope+rope] from per-head nope and a shared rope part",
+       dtypes=(*FLOATS, "float8_e4m3fn")),
+)  # fmt: skip
 
 __all__ = ["OPS", "__version__", "concat_mla_k", "merge_state", "rope_inplace"]
-__getattr__ = lazy_attributes(__name__, OPS)
+__getattr__ = lazy_ops(__name__, OPS)

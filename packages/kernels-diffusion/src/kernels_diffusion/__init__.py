@@ -9,33 +9,17 @@ first attribute access::
 """
 
 from kernels_diffusion.version import __version__
-from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
-
-_FLOATS = ("float32", "float16", "bfloat16")
-
-
-def _op(name: str, description: str) -> OpSpec:
-    """An op of this group; for now its only backend is the pure-torch reference."""
-    return reference_op(
-        "diffusion",
-        name,
-        description,
-        dtypes=_FLOATS,
-        reference="pure-torch reference (fp32 math, rounded once)",
-    )
-
+from kernels_jit.registry import FLOATS, lazy_ops, op, register_group
 
 OPS = register_group(
-    "diffusion",
-    [
-        _op("timestep_embedding", "sinusoidal timestep embedding (diffusers formula, flip option)"),
-        _op("residual_gate_add", "r + gate * x with per-sample or per-token gates"),
-        _op("layernorm_scale_shift", "adaLN modulation LN(x) * (1 + scale) + shift"),
-        _op(
-            "group_norm_silu", "GroupNorm (fp32 statistics) followed by SiLU, NC* or channels-last"
-        ),
-    ],
-)
+    __name__,
+    op("timestep_embedding", "sinusoidal timestep embedding (diffusers formula, flip option)",
+       dtypes=FLOATS),
+    op("residual_gate_add", "r + gate * x with per-sample or per-token gates", dtypes=FLOATS),
+    op("layernorm_scale_shift", "adaLN modulation LN(x) * (1 + scale) + shift", dtypes=FLOATS),
+    op("group_norm_silu", "GroupNorm (fp32 statistics) followed by SiLU, NC* or channels-last",
+       dtypes=FLOATS),
+)  # fmt: skip
 
 __all__ = [
     "OPS",
@@ -45,4 +29,4 @@ __all__ = [
     "residual_gate_add",
     "timestep_embedding",
 ]
-__getattr__ = lazy_attributes(__name__, OPS)
+__getattr__ = lazy_ops(__name__, OPS)

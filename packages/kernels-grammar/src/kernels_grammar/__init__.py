@@ -8,31 +8,13 @@ first attribute access::
 """
 
 from kernels_grammar.version import __version__
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
-
-_LOGITS = ("float32", "float16", "bfloat16")
+from kernels_jit.registry import FLOATS, lazy_ops, op, register_group
 
 OPS = register_group(
-    "grammar",
-    [
-        OpSpec(
-            group="grammar",
-            name="apply_token_bitmask_inplace",
-            public="kernels_grammar.apply_token_bitmask_inplace:apply_token_bitmask_inplace",
-            description="logits of tokens whose bitmask bit is 0 -> -inf, in place",
-            samples="kernels_grammar.apply_token_bitmask_inplace:samples",
-            dtypes=_LOGITS,
-            backends=(
-                Backend(
-                    "torch",
-                    "kernels_grammar.apply_token_bitmask_inplace:_apply_token_bitmask_inplace_torch",
-                    devices=("cpu", "cuda"),
-                    description="pure-torch reference",
-                ),
-            ),
-        ),
-    ],
-)
+    __name__,
+    op("apply_token_bitmask_inplace", "logits of tokens whose bitmask bit is 0 -> -inf, in place",
+       dtypes=FLOATS),
+)  # fmt: skip
 
 __all__ = ["OPS", "__version__", "apply_token_bitmask_inplace"]
-__getattr__ = lazy_attributes(__name__, OPS)
+__getattr__ = lazy_ops(__name__, OPS)

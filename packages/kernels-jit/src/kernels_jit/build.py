@@ -44,7 +44,7 @@ def _writable_dir(path: Path, spec: ModuleSpec, reason: str = "not in the cache"
             f"module {spec.uri!r} must be built ({reason}) but the cache directory "
             f"{settings.cache_dir()} is not writable: {path}: "
             f"{os.strerror(exc.errno or errno.EACCES)}. Point KERNELS_CACHE_DIR at a writable "
-            "directory, or prebuild the module there with `kernels-ops build`."
+            "directory, or prebuild the module there with `kernels-jit build`."
         ) from exc
 
 

@@ -244,7 +244,7 @@ def verify(artifact: Path, key: str | None = None) -> str | None:
 def find_prebuilt(spec: ModuleSpec) -> Path | None:
     """An intact artifact of ``spec`` built by any compiler, for machines without one.
 
-    A cache prebuilt with ``kernels-ops build`` is shipped to machines that have no nvcc, where
+    A cache prebuilt with ``kernels-jit build`` is shipped to machines that have no nvcc, where
     :func:`cache_key` cannot be computed; the source key (sources, flags, arch, versions) still
     identifies the right artifact. The newest intact one wins.
     """

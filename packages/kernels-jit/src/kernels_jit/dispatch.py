@@ -1,36 +1,45 @@
 """Per-call backend selection, explanation, and the torch custom-op registration of every op.
 
-An op file builds one :class:`Op` from its registered spec and its torch backend, whose typed,
-destination-passing signature (outputs are arguments, the return is ``None``) is the op's schema;
-every other backend takes the same arguments::
+An op file builds one :class:`Op` from its torch reference backend, whose typed,
+destination-passing signature (outputs are arguments, the return is ``None``) is the op's
+torch schema; every other backend takes the same arguments, plus the op's launch knobs::
 
-    def _add_constant_torch(out: Tensor, x: Tensor, constant: float) -> None: ...
-    ADD_CONSTANT = Op("elementwise.add_constant", _add_constant_torch, mutates_args=("out",))
+    def _rmsnorm_torch(out: Tensor, input: Tensor, weight: Tensor, eps: float) -> None: ...
+    RMSNORM = Op(_rmsnorm_torch, mutates=("out",), device="input", knobs={"enable_pdl": -1})
 
-``ADD_CONSTANT.run(out, x, 3.0, backend=None)`` (or calling the Op) runs the best eligible
-backend. In eager mode it calls the backend directly (the custom-op dispatcher costs
-microseconds per call); while ``torch.compile`` traces, it goes through
-``torch.ops.kernels_ops.<group>__<name>``, whose fake implementation does nothing because every
-output is preallocated by the caller. That keeps every op usable under
-``torch.compile(fullgraph=True)`` and CUDA-graph capture.
+The op id (``layernorm.rmsnorm``) comes from the reference's module and name, which the registry
+fixed. ``RMSNORM.run(out, x, w, eps, pdl, backend=None)`` runs the best eligible backend. In
+eager mode it calls the backend directly (the custom-op dispatcher costs microseconds per call);
+while ``torch.compile`` traces, it goes through ``torch.ops.kernels_ops.<group>__<name>``, whose
+fake implementation does nothing because every output is preallocated by the caller. Launch knobs
+(PDL and the like) never enter that schema: compiled backends take them as trailing arguments,
+the torch reference never sees them, and a traced call runs with their defaults.
+
+A GPU call that a fast backend cannot take falls back to the torch reference with a
+:class:`~kernels_jit.errors.KernelsFallbackWarning` (once per op and reason), or an error under
+``KERNELS_STRICT=1``.
 """
 
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from kernels_jit import registry, settings
-from kernels_jit.module import CompiledFunction
+from kernels_jit.errors import FallbackError, KernelsFallbackWarning
+from kernels_jit.loader import CompiledFunction
 
 LIBRARY_NAMESPACE = "kernels_ops"
 _LIBRARY = torch.library.Library(LIBRARY_NAMESPACE, "FRAGMENT")
 _OPS: dict[str, Op] = {}
 _is_compiling = torch.compiler.is_compiling
 _DEFINED: set[str] = set()
+_WARNED: set[tuple[str, str]] = set()
+_OVERRIDES: dict[str, tuple[str | None, dict[str, str]]] = {}
 
 
 class BackendUnavailableError(ValueError):
@@ -38,29 +47,47 @@ class BackendUnavailableError(ValueError):
 
 
 class _Candidate:
-    __slots__ = ("eligible", "fn", "name")
+    """A backend that can run on one (device, dtype): its function and per-call predicate.
+
+    ``fallback`` marks the torch reference where a fast backend was declared for this device:
+    choosing it is a performance cliff that warns."""
+
+    __slots__ = ("eligible", "fallback", "fn", "name")
 
     def __init__(self, name: str, fn: Callable[..., None], eligible: Callable | None) -> None:
         self.name = name
         self.fn = fn
         self.eligible = eligible
+        self.fallback = False
+
+
+def _overrides() -> tuple[str | None, dict[str, str]]:
+    """``KERNELS_BACKEND`` parsed and checked against the registry (once per value)."""
+    text = settings.backend_override()
+    parsed = _OVERRIDES.get(text)
+    if parsed is None:
+        every, per_op = settings.backend_overrides()
+        for op_id, backend in per_op.items():
+            try:
+                spec = registry.get(op_id)
+            except KeyError as exc:
+                raise ValueError(
+                    f"KERNELS_BACKEND: entry {op_id}={backend}: {exc.args[0]}"
+                ) from None
+            names = [b.name for b in spec.backends]
+            if backend not in names:
+                raise ValueError(
+                    f"KERNELS_BACKEND: entry {op_id}={backend}: {op_id} has no backend "
+                    f"{backend!r}; it has {', '.join(names)}"
+                )
+        parsed = _OVERRIDES[text] = (every, per_op)
+    return parsed
 
 
 def _override_for(op_id: str) -> str | None:
     """The backend forced by ``KERNELS_BACKEND`` for this op, if any."""
-    text = settings.backend_override()
-    if not text:
-        return None
-    forced = None
-    for part in text.split(","):
-        part = part.strip()
-        if "=" in part:
-            name, _, backend = part.partition("=")
-            if name.strip() == op_id:
-                return backend.strip()
-        elif part:
-            forced = part
-    return forced
+    every, per_op = _overrides()
+    return per_op.get(op_id, every)
 
 
 def _sm(device: torch.device) -> int | None:
@@ -84,7 +111,7 @@ def static_reason(
         return f"needs sm_{backend.min_sm}+, the device is sm_{sm}"
     if sm is not None and backend.max_sm is not None and sm > backend.max_sm:
         return f"needs at most sm_{backend.max_sm}, the device is sm_{sm}"
-    if backend.name == "triton":
+    if backend.kind == "triton":
         import importlib.util
 
         if importlib.util.find_spec("triton") is None:
@@ -92,23 +119,49 @@ def static_reason(
     return None
 
 
+def _op_id_of(reference: Callable[..., None]) -> str:
+    """``<group>.<name>`` from the reference ``kernels_<group>.ops.<file>:_<name>_torch``."""
+    group = reference.__module__.split(".")[0].removeprefix("kernels_")
+    name = reference.__name__
+    if not (name.startswith("_") and name.endswith("_torch")):
+        raise ValueError(f"an Op is built from its reference _<name>_torch, got {name!r}")
+    return f"{group}.{name[1 : -len('_torch')]}"
+
+
 class Op:
-    """A registered op: selection, explanation and the torch custom-op entry."""
+    """A registered op: selection, explanation and the torch custom-op entry.
+
+    ``mutates`` names the arguments the op writes, ``device`` the tensor whose device and dtype
+    choose the backend, ``knobs`` the launch options (name: default) that compiled backends take
+    after the op's arguments.
+    """
 
     def __init__(
         self,
-        op_id: str,
-        prototype: Callable[..., None],
+        reference: Callable[..., None],
         *,
-        mutates_args: tuple[str, ...],
-        device_arg: int = 0,
+        mutates: tuple[str, ...],
+        device: str,
+        knobs: dict[str, int] | None = None,
     ) -> None:
+        op_id = _op_id_of(reference)
         self.spec = registry.get(op_id)
-        self.device_arg = device_arg
-        self._arity = len(inspect.signature(prototype).parameters)
+        if reference.__module__ != self.spec.module:
+            raise ValueError(
+                f"{op_id}: the reference lives in {reference.__module__}, the registry "
+                f"declares the op file {self.spec.module}"
+            )
+        self.id = op_id
+        self.reference = reference
+        parameters = list(inspect.signature(reference).parameters)
+        self.device_arg = parameters.index(device)
+        self._arity = len(parameters)
+        self.knobs = dict(knobs or {})
+        self._knob_defaults = tuple(self.knobs.values())
+        self.dtypes = tuple(getattr(torch, name) for name in self.spec.dtypes)
         self._cache: dict[tuple[Any, ...], tuple[_Candidate, ...]] = {}
         self._qualname = op_id.replace(".", "__")
-        schema = torch.library.infer_schema(prototype, mutates_args=mutates_args)
+        schema = torch.library.infer_schema(reference, mutates_args=mutates)
         head, arrow, tail = schema.rpartition(") ->")
         schema = f"{head}, str? backend=None{arrow}{tail}"
         if self._qualname not in _DEFINED:
@@ -119,126 +172,183 @@ class Op:
                 f"{LIBRARY_NAMESPACE}::{self._qualname}", _fake_nothing, lib=_LIBRARY
             )
         self.torch_op = getattr(getattr(torch.ops, LIBRARY_NAMESPACE), self._qualname)
-        self.run = self._fast_call()
+        self.run = self._call = self._fast_call()
         _OPS[op_id] = self
 
     def __call__(self, *args: Any, backend: str | None = None) -> None:
-        """Run the best eligible backend for these arguments."""
+        """Run the best eligible backend for these arguments (launch knobs included)."""
         self.run(*args, backend=backend)
 
     def _fast_call(self) -> Callable[..., None]:
         """The hot path as a closure over this op's state.
 
         A plain function with its state in cells costs about half of a method reading ``self.``
-        attributes (1.0 vs 1.5 us over the raw kernel call on a 2-core CI host); ``__init__``
-        stores it as ``self.run``, which ``__call__`` forwards to.
+        attributes; ``__init__`` stores it as ``self.run``.
         """
-        cache, device_arg = self._cache, self.device_arg
-        resolve, explain = self._resolve, self.explain
+        cache, device_arg, arity = self._cache, self.device_arg, self._arity
+        resolve, choose = self._resolve, self._choose
 
         def call(*args: Any, backend: str | None = None) -> None:
             if _is_compiling():
-                self.torch_op(*args, backend)
+                self.torch_op(*args[:arity], backend)
                 return
-            # One dict lookup keyed by (device, dtype, backend); eligibility checks only for the
-            # candidates that declare one.
             x = args[device_arg]
-            candidates = cache.get((x.device, x.dtype, backend))
-            if candidates is None:
-                candidates = resolve(x, backend)
-            for candidate in candidates:
-                eligible = candidate.eligible
-                if eligible is None or eligible(*args) is None:
-                    fn = candidate.fn
-                    if type(fn) is CompiledFunction:  # first use: load, keep the raw function
-                        fn = candidate.fn = fn.resolve()
-                    fn(*args)
-                    return
-            raise BackendUnavailableError(explain(args, backend))
+            candidates = cache.get((x.device, x.dtype, backend)) or resolve(x, backend)
+            candidate = candidates[0]
+            if candidate.eligible is not None or candidate.fallback:
+                candidate = choose(candidates, args)
+            fn = candidate.fn
+            if type(fn) is CompiledFunction:  # first use: load, keep the raw function
+                fn = candidate.fn = fn.resolve()
+            fn(*args)
 
         return call
+
+    def _choose(
+        self,
+        candidates: tuple[_Candidate, ...],
+        args: tuple[Any, ...],
+        notes: dict[str, str] | None = None,
+    ) -> _Candidate:
+        """The one candidate loop: the first backend whose predicate takes ``args``.
+
+        ``notes`` (when explaining) collects each rejection and suppresses the fall-back
+        warning."""
+        why_not = None
+        for candidate in candidates:
+            reason = None if candidate.eligible is None else candidate.eligible(*args)
+            if reason is None:
+                if candidate.fallback and notes is None:
+                    self._fell_back(why_not or "no fast backend runs here")
+                return candidate
+            why_not = why_not or f"{candidate.name}: {reason}"
+            if notes is not None:
+                notes[candidate.name] = reason
+        if notes is not None:
+            raise BackendUnavailableError(f"{self.id}: no backend can run this call")
+        raise BackendUnavailableError(self.explain_call(args))
+
+    def _fell_back(self, reason: str) -> None:
+        message = (
+            f"{self.id}: a CUDA call runs on the torch reference because {reason} "
+            "(set KERNELS_STRICT=1 to make this an error)"
+        )
+        if settings.strict():
+            raise FallbackError(message.replace("set KERNELS_STRICT=1", "KERNELS_STRICT=1 is set"))
+        key = (self.id, reason)
+        if key not in _WARNED:
+            _WARNED.add(key)
+            warnings.warn(message, KernelsFallbackWarning, stacklevel=4)
 
     def _impl(self, *args: Any, backend: str | None = None) -> None:
         # The dispatcher drops trailing arguments equal to their default, so ``backend`` may be
         # missing, passed positionally, or passed by keyword.
         if len(args) > self._arity:
             *args, backend = args
-        self.select(tuple(args), backend)(*args)
+        self.select(tuple(args), backend)(*args, *self._knob_defaults)
 
     def _resolve(self, x: Any, backend: str | None) -> tuple[_Candidate, ...]:
-        key = (x.device, x.dtype, backend)
-        candidates = self._cache[key] = self._candidates(x.device, x.dtype, backend)
+        candidates = self._candidates(x.device, x.dtype, backend)
+        self._cache[(x.device, x.dtype, backend)] = candidates
         return candidates
 
     def select(self, args: tuple[Any, ...], backend: str | None = None) -> Callable[..., None]:
-        """The function of the first eligible backend for these arguments."""
+        """The function of the first eligible backend for these arguments (which take the
+        launch knobs after the op's arguments)."""
+        args = tuple(args)[: self._arity] + self._knob_defaults
         x = args[self.device_arg]
         candidates = self._cache.get((x.device, x.dtype, backend)) or self._resolve(x, backend)
-        for candidate in candidates:
-            if candidate.eligible is None or candidate.eligible(*args) is None:
-                fn = candidate.fn
-                if type(fn) is CompiledFunction:
-                    fn = candidate.fn = fn.resolve()
-                return fn
-        raise BackendUnavailableError(self.explain(args, backend))
+        candidate = self._choose(candidates, args)
+        fn = candidate.fn
+        if type(fn) is CompiledFunction:
+            fn = candidate.fn = fn.resolve()
+        return fn
+
+    def _torch_function(self) -> Callable[..., None]:
+        if not self.knobs:
+            return self.reference
+        reference, arity = self.reference, self._arity
+
+        def without_knobs(*args: Any) -> None:
+            reference(*args[:arity])
+
+        without_knobs.__name__ = reference.__name__
+        return without_knobs
 
     def _candidates(
         self, device: torch.device, dtype: torch.dtype, backend: str | None
     ) -> tuple[_Candidate, ...]:
-        forced = backend or _override_for(self.spec.id)
+        forced = backend or _override_for(self.id)
         if forced is not None:
             chosen = self.spec.backend(forced)
             reason = static_reason(chosen, device, dtype)
             if reason is not None:
+                where = f"backend={forced!r}" if backend else f"KERNELS_BACKEND forces {forced!r}"
                 raise BackendUnavailableError(
-                    f"{self.spec.id}: backend {forced!r} cannot run here: {reason}"
+                    f"{self.id}: backend {forced!r} cannot run here ({where}): {reason}"
                 )
             backends = [chosen]
         else:
-            backends = [b for b in self.spec.backends if static_reason(b, device, dtype) is None]
+            backends = []
+            skipped = None
+            for b in self.spec.backends:
+                reason = static_reason(b, device, dtype)
+                if reason is None:
+                    backends.append(b)
+                elif skipped is None and device.type in b.devices:
+                    skipped = f"{b.name}: {reason}"
+            if skipped and device.type == "cuda" and backends and backends[0].kind == "torch":
+                self._fell_back(skipped)
         if not backends:
             raise BackendUnavailableError(self.explain_static(device, dtype))
-        return tuple(
-            _Candidate(
-                b.name,
-                registry.resolve_target(b.target),
-                registry.resolve_target(b.eligible) if b.eligible else None,
-            )
-            for b in backends
+        candidates = []
+        for b in backends:
+            if b.kind == "torch":
+                candidate = _Candidate(b.name, self._torch_function(), None)
+            else:
+                fn = registry.resolve_target(b.target)
+                candidate = _Candidate(b.name, fn, registry.resolve_optional(b.eligible))
+            candidates.append(candidate)
+        # The reference after a fast backend that declares this device: a fall-back, which warns.
+        fast_here = device.type == "cuda" and any(
+            "cuda" in b.devices for b in self.spec.fast_backends
         )
+        candidates[-1].fallback = forced is None and fast_here and len(candidates) > 1
+        return tuple(candidates)
 
     def explain_static(self, device: torch.device, dtype: torch.dtype) -> str:
-        lines = [f"{self.spec.id} on {device} with {str(dtype).removeprefix('torch.')}:"]
+        lines = [f"{self.id} on {device} with {str(dtype).removeprefix('torch.')}:"]
         for b in self.spec.backends:
             reason = static_reason(b, device, dtype)
             lines.append(f"  {b.name}: {'eligible' if reason is None else 'no, ' + reason}")
         return "\n".join(lines)
 
-    def explain(self, args: tuple[Any, ...], backend: str | None = None) -> str:
-        """Which backend this call would use, and why each other one would not."""
+    def explain_call(self, args: tuple[Any, ...], backend: str | None = None) -> str:
+        """Which backend these destination-passing arguments would use, and why not the others."""
+        args = tuple(args)[: self._arity] + self._knob_defaults
         x = args[self.device_arg]
-        forced = backend or _override_for(self.spec.id)
-        lines = [
-            f"{self.spec.id} on {x.device} with {str(x.dtype).removeprefix('torch.')}"
-            + (f" (backend forced to {forced!r})" if forced else "")
-            + ":"
-        ]
-        chosen = None
+        forced = backend or _override_for(self.id)
+        head = f"{self.id} on {x.device} with {str(x.dtype).removeprefix('torch.')}"
+        verdicts: dict[str, str] = {}
         for b in self.spec.backends:
             reason = static_reason(b, x.device, x.dtype)
             if reason is None and forced and b.name != forced:
                 reason = f"not the forced backend {forced!r}"
-            if reason is None and b.eligible:
-                reason = registry.resolve_target(b.eligible)(*args)
-            if reason is None and chosen is None:
-                chosen = b.name
-                lines.append(f"  {b.name}: chosen")
-            else:
-                verdict = "eligible, lower priority" if reason is None else f"no, {reason}"
-                lines.append(f"  {b.name}: {verdict}")
-        if chosen is None:
-            lines.append("  no backend can run this call")
-        return "\n".join(lines)
+            verdicts[b.name] = "eligible, lower priority" if reason is None else f"no, {reason}"
+        tail = []
+        if any(v.startswith("eligible") for v in verdicts.values()):
+            notes: dict[str, str] = {}
+            candidates = self._cache.get((x.device, x.dtype, backend)) or self._resolve(x, backend)
+            try:
+                verdicts[self._choose(candidates, args, notes).name] = "chosen"
+            except BackendUnavailableError:
+                tail = ["  no backend can run this call"]
+            verdicts.update((name, f"no, {reason}") for name, reason in notes.items())
+        else:
+            tail = ["  no backend can run this call"]
+        lines = [head + (f" (backend forced to {forced!r})" if forced else "") + ":"]
+        lines += [f"  {name}: {verdict}" for name, verdict in verdicts.items()]
+        return "\n".join(lines + tail)
 
     def clear_cache(self) -> None:
         self._cache.clear()
@@ -249,17 +359,35 @@ def _fake_nothing(*args: Any) -> None:
 
 
 def get_op(op_id: str) -> Op:
-    """The :class:`Op` of ``op_id`` (imports its public module)."""
+    """The :class:`Op` of ``op_id`` (imports its op file)."""
     if op_id not in _OPS:
         registry.resolve_target(registry.get(op_id).public)
     return _OPS[op_id]
 
 
-def explain(op_id: str, *args: Any, backend: str | None = None) -> str:
-    return get_op(op_id).explain(args, backend)
+def explain(op_id: str, *args: Any, **kwargs: Any) -> str:
+    """Which backend the public call ``<op>(*args, **kwargs)`` would run, and why.
+
+    The public function runs as usual (validation, output allocation) up to its dispatch, which
+    is recorded instead of launched: nothing is computed or written."""
+    op = get_op(op_id)
+    public = registry.resolve_target(op.spec.public)
+    seen: list[str] = []
+
+    def record(*args: Any, backend: str | None = None) -> None:
+        seen.append(op.explain_call(args, backend))
+
+    op.run = record
+    try:
+        public(*args, **kwargs)
+    finally:
+        op.run = op._call
+    return seen[0] if seen else f"{op_id}: this call launches nothing (an empty input)"
 
 
 def clear_caches() -> None:
-    """Forget every resolved selection (after changing KERNELS_BACKEND, for example)."""
+    """Forget every resolved selection and parsed override (after changing KERNELS_BACKEND)."""
+    _OVERRIDES.clear()
+    _WARNED.clear()
     for op in _OPS.values():
         op.clear_cache()

@@ -47,3 +47,14 @@ class PrecompileError(KernelsJitError):
         self.failures = failures
         details = "\n\n".join(f"=== {what}\n{exc}" for what, exc in failures)
         super().__init__(f"{len(failures)} module build(s) failed:\n\n{details}")
+
+
+class KernelsFallbackWarning(UserWarning):
+    """A GPU tensor ran on the torch reference because the op's fast backend cannot take this
+    call (the message says why). Emitted once per op and reason; filter it with
+    ``warnings.filterwarnings("ignore", category=KernelsFallbackWarning)``, or make it an error
+    with ``KERNELS_STRICT=1``."""
+
+
+class FallbackError(KernelsJitError, ValueError):
+    """``KERNELS_STRICT=1`` and a GPU call would fall back to the torch reference."""

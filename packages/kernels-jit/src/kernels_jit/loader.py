@@ -22,6 +22,35 @@ _THREAD_LOCK = threading.Lock()
 _SPEC_LOCKS: dict[ModuleSpec, threading.Lock] = {}
 
 
+class CompiledFunction:
+    """One exported function of a module, loaded (and built if needed) on first call.
+
+    An op file declares its compiled backends with it (``_softcap_cuda =
+    CompiledFunction(SOFTCAP_CUDA, "softcap")``); dispatch swaps the handle for the raw tvm-ffi
+    function on first use, so calls skip this wrapper."""
+
+    __slots__ = ("_fn", "export", "spec")
+
+    def __init__(self, spec: ModuleSpec, export: str) -> None:
+        if export not in dict(spec.exports):
+            raise KeyError(f"module {spec.name!r} exports no {export!r}")
+        self.spec = spec
+        self.export = export
+        self._fn = None
+
+    def resolve(self):
+        """The raw tvm-ffi function."""
+        if self._fn is None:
+            self._fn = getattr(load_module(self.spec), self.export)
+        return self._fn
+
+    def __call__(self, *args):
+        return self.resolve()(*args)
+
+    def __repr__(self) -> str:
+        return f"<compiled {self.spec.uri}.{self.export}>"
+
+
 def _load_so(path) -> Any:
     import tvm_ffi
 
@@ -54,8 +83,9 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
 
 
 def build_command(spec: ModuleSpec) -> str:
-    """The ``kernels-ops build`` command that puts ``spec`` into the current cache."""
-    words = ["kernels-ops", "build", "--group", spec.package.removeprefix("kernels_")]
+    """The ``kernels-jit build`` command that puts ``spec`` into the current cache
+    (``kernels-ops build`` takes the same arguments)."""
+    words = ["kernels-jit", "build", "--group", spec.package.removeprefix("kernels_")]
     if spec.device == "cuda":
         for target in arch.cuda_archs():
             words += ["--arch", target]

@@ -50,7 +50,14 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "KERNELS_BACKEND",
         "",
-        "Process-wide backend override: `torch` for every op, or `group.op=backend,...` per op.",
+        "Process-wide backend override: `torch` for every op, or `group.op=backend,...` per op "
+        "(checked when first read: an unknown op or backend is an error naming the entry).",
+    ),
+    Variable(
+        "KERNELS_STRICT",
+        "0",
+        "`1` turns a fall-back from a fast backend to torch for a GPU tensor (normally a "
+        "`KernelsFallbackWarning`, once per op and reason) into an error.",
     ),
     Variable("KERNELS_VERBOSE", "0", "`1` logs every build, cache hit and rebuild reason."),
     Variable("CUDA_HOME", "dir of `nvcc` on PATH", "CUDA toolkit used for CUDA builds."),
@@ -139,7 +146,40 @@ def build_timeout() -> float:
 
 
 def backend_override() -> str:
+    """The raw ``KERNELS_BACKEND`` text ("" when unset); :func:`backend_overrides` parses it."""
     return _get("KERNELS_BACKEND") or ""
+
+
+def backend_overrides() -> tuple[str | None, dict[str, str]]:
+    """``KERNELS_BACKEND`` parsed: (backend for every op or None, {op id: backend}).
+
+    The syntax is checked here; whether each op and backend exists is checked by dispatch,
+    which knows the registry. Errors name the variable and the entry."""
+    text = backend_override()
+    every: str | None = None
+    per_op: dict[str, str] = {}
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        if "=" in entry:
+            op_id, _, backend = (x.strip() for x in entry.partition("="))
+            if op_id.count(".") != 1 or not all(op_id.split(".")) or not backend:
+                raise ValueError(
+                    f"KERNELS_BACKEND: entry {entry!r} is not <group>.<op>=<backend> (in {text!r})"
+                )
+            per_op[op_id] = backend
+        elif entry == "torch":
+            every = entry
+        else:
+            raise ValueError(
+                f"KERNELS_BACKEND: entry {entry!r} is neither 'torch' (the reference for every "
+                f"op) nor <group>.<op>=<backend> (in {text!r})"
+            )
+    return every, per_op
+
+
+def strict() -> bool:
+    return _flag("KERNELS_STRICT")
 
 
 def verbose() -> bool:

@@ -10,50 +10,23 @@ Importing this package registers metadata only (no torch, no compilation); each 
     bad = kc.kv_canary_verify(canary, sources, slots, prev_slots, positions).nonzero()
 """
 
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import lazy_ops, op, register_group
 from kernels_kv_canary.version import __version__
 
-
-def _op(name: str, description: str) -> OpSpec:
-    """An op of this group whose module is named after it; torch reference backend only."""
-    module = f"kernels_kv_canary.{name}"
-    return OpSpec(
-        group="kv_canary",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
-        dtypes=("int64",),
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="pure-torch reference, byte exact (uint64 emulated on int64)",
-            ),
-        ),
-    )
-
-
 OPS = register_group(
-    "kv_canary",
-    [
-        _op("kv_canary_write", "per-slot 64-bit KV hash chained with token id and position"),
-        _op(
-            "kv_canary_verify", "report every slot whose KV bytes, position, token or chain differ"
-        ),
-    ],
+    __name__,
+    op(
+        "kv_canary_write",
+        "per-slot 64-bit KV hash chained with token id and position",
+        dtypes=("int64",),
+    ),
+    op(
+        "kv_canary_verify",
+        "report every slot whose KV bytes, position, token or chain differ",
+        dtypes=("int64",),
+    ),
 )
 
 __all__ = ["OPS", "KVSource", "__version__", "kv_canary_verify", "kv_canary_write"]
 
-_ops_getattr = lazy_attributes(__name__, OPS)
-
-
-def __getattr__(name: str):
-    if name == "KVSource":
-        from kernels_kv_canary.sources import KVSource
-
-        globals()[name] = KVSource
-        return KVSource
-    return _ops_getattr(name)
+__getattr__ = lazy_ops(__name__, OPS, extras={"KVSource": "kernels_kv_canary.sources:KVSource"})

@@ -6,7 +6,6 @@ import torch
 
 from kernels_jit.validation import check_tensor
 
-ROW_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 SLOT_DTYPES = (torch.int32, torch.int64)
 FP8 = torch.float8_e4m3fn
 

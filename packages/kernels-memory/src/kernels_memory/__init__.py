@@ -9,50 +9,38 @@ first attribute access::
     slots = kernels_memory.alloc_decode(seq_lens, last, free_pages, page_size=16)
 """
 
-from kernels_jit.registry import Backend, OpSpec, lazy_attributes, register_group
+from kernels_jit.registry import FLOATS, lazy_ops, op, register_group
 from kernels_memory.version import __version__
 
-
-def _op(name: str, description: str, dtypes: tuple[str, ...] = ("int32", "int64")) -> OpSpec:
-    """An op of this group whose module is named after it; torch reference backend only."""
-    module = f"kernels_memory.{name}"
-    return OpSpec(
-        group="memory",
-        name=name,
-        public=f"{module}:{name}",
-        description=description,
-        samples=f"{module}:samples",
-        dtypes=dtypes,
-        backends=(
-            Backend(
-                "torch",
-                f"{module}:_{name}_torch",
-                devices=("cpu", "cuda"),
-                description="pure-torch reference (exact int64 index math)",
-            ),
-        ),
-    )
-
+_INDEX = ("int32", "int64")
 
 OPS = register_group(
-    "memory",
-    [
-        _op("get_last_loc", "slot of each request's last prefix token, -1 if the prefix is empty"),
-        _op(
-            "write_req_to_token_pool",
-            "write allocated slots into the request-to-token table for [start, end) per request",
-        ),
-        _op("alloc_decode", "one slot per request: continue the last page or take a free page"),
-        _op(
-            "alloc_extend",
-            "slots for extend tokens: rest of the last page, then new pages from the free list",
-        ),
-        _op(
-            "copy_blocks",
-            "copy KV blocks src -> dst across every layer's key and value cache",
-            ("float32", "float16", "bfloat16", "float8_e4m3fn", "int8", "uint8"),
-        ),
-    ],
+    __name__,
+    op(
+        "get_last_loc",
+        "slot of each request's last prefix token, -1 if the prefix is empty",
+        dtypes=_INDEX,
+    ),
+    op(
+        "write_req_to_token_pool",
+        "write allocated slots into the request-to-token table for [start, end) per request",
+        dtypes=_INDEX,
+    ),
+    op(
+        "alloc_decode",
+        "one slot per request: continue the last page or take a free page",
+        dtypes=_INDEX,
+    ),
+    op(
+        "alloc_extend",
+        "slots for extend tokens: rest of the last page, then new pages from the free list",
+        dtypes=_INDEX,
+    ),
+    op(
+        "copy_blocks",
+        "copy KV blocks src -> dst across every layer's key and value cache",
+        dtypes=(*FLOATS, "float8_e4m3fn", "int8", "uint8"),
+    ),
 )
 
 __all__ = [
@@ -64,4 +52,4 @@ __all__ = [
     "get_last_loc",
     "write_req_to_token_pool",
 ]
-__getattr__ = lazy_attributes(__name__, OPS)
+__getattr__ = lazy_ops(__name__, OPS)

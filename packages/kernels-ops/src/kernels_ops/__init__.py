@@ -29,11 +29,12 @@ def list_ops() -> list[OpSpec]:
     return all_ops()
 
 
-def explain(op_id: str, *args, backend: str | None = None) -> str:
-    """Which backend ``op_id`` would run for these destination-passing arguments, and why."""
+def explain(op_id: str, *args, **kwargs) -> str:
+    """Which backend the call ``<op_id>(*args, **kwargs)`` would run, and why not the others
+    (the public function's own arguments; nothing is launched)."""
     from kernels_jit.dispatch import explain as _explain
 
-    return _explain(op_id, *args, backend=backend)
+    return _explain(op_id, *args, **kwargs)
 
 
 __all__ = ["GROUPS", "__version__", "explain", "list_ops", *GROUPS]  # noqa: PLE0604

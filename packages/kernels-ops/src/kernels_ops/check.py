@@ -4,13 +4,19 @@ result (returned tensors and tensors mutated in place) with the torch reference.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
 from kernels_jit.dispatch import BackendUnavailableError, static_reason
+from kernels_jit.errors import ModuleNotBuiltError
 from kernels_jit.registry import OpSpec, resolve_target
 from kernels_jit.tolerances import TOLERANCES
+
+# Outcome.status values, and whether each fails the check.
+AGREE, REFERENCE, NOT_RUNNABLE = "agree", "reference only", "not runnable here"
+NOT_BUILT, DISAGREE, ERROR = "not built", "disagree", "error"
+FAILING = (NOT_BUILT, DISAGREE, ERROR)
 
 
 @dataclass
@@ -22,10 +28,56 @@ class Outcome:
     skipped: int = 0
     worst: float = 0.0
     error: str = ""
+    status: str = ""
 
     @property
     def ok(self) -> bool:
-        return not self.error
+        return self.final_status not in FAILING
+
+    @property
+    def final_status(self) -> str:
+        if self.status:
+            return self.status
+        if self.error:
+            return ERROR
+        if self.backend == "torch":
+            return REFERENCE
+        return AGREE if self.cases else NOT_RUNNABLE
+
+    @property
+    def compared(self) -> bool:
+        """Whether any result of this backend was compared with the reference."""
+        return self.backend != "torch" and self.cases > 0
+
+    @property
+    def label(self) -> str:
+        status = self.final_status
+        if status == NOT_BUILT:
+            return f"not built (KERNELS_NO_JIT=1): {self.error}"
+        if status in (DISAGREE, ERROR):
+            return f"{status.upper()}: {self.error}"
+        return {AGREE: "ok", REFERENCE: "ok (reference only)"}.get(status, status)
+
+    def as_dict(self) -> dict:
+        record = asdict(self)
+        record["status"] = self.final_status
+        record["worst"] = self.worst if self.compared else None
+        return record
+
+
+def summary(outcomes: list[Outcome], device: torch.device) -> tuple[str, bool]:
+    """(one line counting each status, whether anything failed)."""
+    counts = {s: 0 for s in (AGREE, DISAGREE, ERROR, NOT_BUILT, NOT_RUNNABLE, REFERENCE)}
+    for outcome in outcomes:
+        counts[outcome.final_status] += 1
+    ops = len({o.op for o in outcomes})
+    parts = [f"{n} {s}" for s, n in counts.items() if n or s in (AGREE, DISAGREE)]
+    failed = any(counts[s] for s in FAILING)
+    verdict = "FAILED" if failed else "passed"
+    line = f"check {verdict} on {device}: {ops} op(s); backends: {', '.join(parts)}"
+    if counts[NOT_BUILT]:
+        line += " (build the missing modules with `kernels-jit build`, or unset KERNELS_NO_JIT)"
+    return line, failed
 
 
 def best_device() -> torch.device:
@@ -90,8 +142,12 @@ def _run(public: Callable, args, kwargs, backend: str):
 
 
 def check_op(spec: OpSpec, device: torch.device) -> list[Outcome]:
-    public = resolve_target(spec.public)
-    samples = resolve_target(spec.samples)(device)
+    try:
+        public = resolve_target(spec.public)
+        samples = resolve_target(spec.samples)(device)
+    except Exception as exc:  # a broken op file must not hide the other ops
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        return [Outcome(spec.id, "torch", device.type, error=error)]
     outcomes = []
     for backend in spec.backends:
         if backend.name == "torch":
@@ -109,6 +165,9 @@ def check_op(spec: OpSpec, device: torch.device) -> list[Outcome]:
             except BackendUnavailableError:
                 outcome.skipped += 1
                 continue
+            except ModuleNotBuiltError as exc:
+                outcome.status, outcome.error = NOT_BUILT, str(exc).splitlines()[0][:200]
+                break
             except Exception as exc:
                 outcome.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
                 break
@@ -117,7 +176,7 @@ def check_op(spec: OpSpec, device: torch.device) -> list[Outcome]:
                 rel, problem = mismatch(a, e)
                 outcome.worst = max(outcome.worst, rel)
                 if problem:
-                    outcome.error = f"tensor {index}: {problem}"
+                    outcome.status, outcome.error = DISAGREE, f"tensor {index}: {problem}"
                     break
             if outcome.error:
                 break

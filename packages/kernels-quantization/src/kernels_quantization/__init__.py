@@ -7,28 +7,27 @@ first attribute access::
     q, s = kernels_quantization.per_token_group_quant_8bit(x, 128)
 """
 
-from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
+from kernels_jit.registry import FLOATS, lazy_ops, op, register_group
 from kernels_quantization.version import __version__
 
-_ACTIVATIONS = ("float32", "float16", "bfloat16")
-
-
-def _op(name: str, description: str) -> OpSpec:
-    """An op of this group; for now its only backend is the pure-torch reference."""
-    return reference_op("quantization", name, description, dtypes=_ACTIVATIONS)
-
-
 OPS = register_group(
-    "quantization",
-    [
-        _op("per_token_quant_fp8", "fp8 e4m3 with one dynamic fp32 scale per row"),
-        _op("per_tensor_quant_fp8", "fp8 e4m3 with one dynamic (absmax/448) or static scale"),
-        _op(
-            "per_token_group_quant_8bit",
-            "fp8/int8 with one scale per group; row/column-major, TMA-aligned, UE8M0 scales",
-        ),
-        _op("hadamard_transform", "Walsh-Hadamard transform of the last dim, times a scale"),
-    ],
+    __name__,
+    op("per_token_quant_fp8", "fp8 e4m3 with one dynamic fp32 scale per row", dtypes=FLOATS),
+    op(
+        "per_tensor_quant_fp8",
+        "fp8 e4m3 with one dynamic (absmax/448) or static scale",
+        dtypes=FLOATS,
+    ),
+    op(
+        "per_token_group_quant_8bit",
+        "fp8/int8 with one scale per group; row/column-major, TMA-aligned, UE8M0 scales",
+        dtypes=FLOATS,
+    ),
+    op(
+        "hadamard_transform",
+        "Walsh-Hadamard transform of the last dim, times a scale",
+        dtypes=FLOATS,
+    ),
 )
 
 __all__ = [
@@ -39,4 +38,4 @@ __all__ = [
     "per_token_group_quant_8bit",
     "per_token_quant_fp8",
 ]
-__getattr__ = lazy_attributes(__name__, OPS)
+__getattr__ = lazy_ops(__name__, OPS)

@@ -8,40 +8,41 @@ first attribute access::
     tokens = kernels_sampling.sampling_from_probs(probs, seed=1234, offset=step)
 """
 
-from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
+from kernels_jit.registry import FLOATS, lazy_ops, op, register_group
 from kernels_sampling.version import __version__
 
-_PROBS = ("float32", "float16", "bfloat16")
-
-
-def _op(name: str, description: str) -> OpSpec:
-    """An op of this group; for now its only backend is the pure-torch reference."""
-    return reference_op(
-        "sampling",
-        name,
-        description,
-        dtypes=_PROBS,
-        reference="pure-torch reference (fp32, sort based)",
-    )
-
-
 OPS = register_group(
-    "sampling",
-    [
-        _op(
-            "top_k_renorm_probs", "keep each row's top-k probabilities (ties together), renormalise"
-        ),
-        _op(
-            "top_p_renorm_probs", "keep tokens whose strictly-greater mass is < top_p, renormalise"
-        ),
-        _op("min_p_renorm_probs", "keep tokens with p >= min_p * max(p), renormalise"),
-        _op("top_k_mask_logits", "set logits outside each row's top-k values to -inf"),
-        _op("sampling_from_probs", "seeded inverse-CDF sampling, one token per row"),
-        _op(
-            "top_k_top_p_sampling_from_probs",
-            "seeded sampling among the top-k and top-p tokens (top_k_first or joint)",
-        ),
-    ],
+    __name__,
+    op(
+        "top_k_renorm_probs",
+        "keep each row's top-k probabilities (ties together), renormalise",
+        dtypes=FLOATS,
+    ),
+    op(
+        "top_p_renorm_probs",
+        "keep tokens whose strictly-greater mass is < top_p, renormalise",
+        dtypes=FLOATS,
+    ),
+    op(
+        "min_p_renorm_probs",
+        "keep tokens with p >= min_p * max(p), renormalise",
+        dtypes=FLOATS,
+    ),
+    op(
+        "top_k_mask_logits",
+        "set logits outside each row's top-k values to -inf",
+        dtypes=FLOATS,
+    ),
+    op(
+        "sampling_from_probs",
+        "seeded inverse-CDF sampling, one token per row",
+        dtypes=FLOATS,
+    ),
+    op(
+        "top_k_top_p_sampling_from_probs",
+        "seeded sampling among the top-k and top-p tokens (top_k_first or joint)",
+        dtypes=FLOATS,
+    ),
 )
 
 __all__ = [
@@ -54,4 +55,4 @@ __all__ = [
     "top_k_top_p_sampling_from_probs",
     "top_p_renorm_probs",
 ]
-__getattr__ = lazy_attributes(__name__, OPS)
+__getattr__ = lazy_ops(__name__, OPS)

@@ -10,34 +10,26 @@ first attribute access::
     )
 """
 
-from kernels_jit.registry import OpSpec, lazy_attributes, reference_op, register_group
+from kernels_jit.registry import FLOATS, lazy_ops, op, register_group
 from kernels_speculative.version import __version__
 
-
-def _op(name: str, description: str, dtypes: tuple[str, ...]) -> OpSpec:
-    """An op of this group; for now its only backend is the pure-torch reference."""
-    return reference_op("speculative", name, description, dtypes=dtypes)
-
-
 OPS = register_group(
-    "speculative",
-    [
-        _op(
-            "verify_tree_greedy",
-            "accept the longest draft-tree path matching the target's greedy tokens",
-            ("int32", "int64"),
-        ),
-        _op(
-            "chain_speculative_sampling",
-            "rejection sampling of a draft chain; outputs follow the target distribution",
-            ("float32", "float16", "bfloat16"),
-        ),
-        _op(
-            "segment_packbits",
-            "pack boolean masks per segment into bytes (little or big bit order)",
-            ("bool",),
-        ),
-    ],
+    __name__,
+    op(
+        "verify_tree_greedy",
+        "accept the longest draft-tree path matching the target's greedy tokens",
+        dtypes=("int32", "int64"),
+    ),
+    op(
+        "chain_speculative_sampling",
+        "rejection sampling of a draft chain; outputs follow the target distribution",
+        dtypes=FLOATS,
+    ),
+    op(
+        "segment_packbits",
+        "pack boolean masks per segment into bytes (little or big bit order)",
+        dtypes=("bool",),
+    ),
 )
 
 __all__ = [
@@ -47,4 +39,4 @@ __all__ = [
     "segment_packbits",
     "verify_tree_greedy",
 ]
-__getattr__ = lazy_attributes(__name__, OPS)
+__getattr__ = lazy_ops(__name__, OPS)

@@ -6,10 +6,13 @@
 // Both run on the pointwise launch of <kernels/pointwise.cuh>: one flat work index per 16-byte
 // pack of the output (8 bf16/fp16 or 4 fp32 values) per thread, divided into (row, column) with
 // FastDivmod, so any token count fills the 132 SMs of an H200 and rows may sit at any stride
-// (slices of a wider buffer); PDL for small grids (see launch_pointwise). Packs need d, the row
+// (slices of a wider buffer); PDL for small grids (see launch_pointwise; enable_pdl overrides it: -1 auto, 0 off, 1 on). Packs need d, the row
 // strides and the base pointers to be whole 16-byte multiples; otherwise a scalar kernel with the
 // same indexing runs. Bytes for the gated ops: read 2d, write d per row.
 #pragma once
+
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
 
 #include <kernels/activation_math.cuh>
 #include <kernels/checks.h>
@@ -24,70 +27,53 @@ namespace activation_detail {
 using kernels::FastDivmod;
 using kernels::kPointwiseThreads;
 
-template <typename T, typename Act>
+// One kernel for both paths: kN = a 16-byte pack (d, row strides and pointers in whole packs,
+// which keeps the up half at x + d aligned like the gate half) or 1.
+template <typename T, int kN, typename Act>
 __global__ void __launch_bounds__(kPointwiseThreads)
-    gated_packs_kernel(bool pdl, T* __restrict__ out, int64_t out_stride,
-                       const T* __restrict__ x, int64_t x_stride, int64_t d, FastDivmod per_row,
-                       uint32_t total) {
-  constexpr int P = kernels::Pack<T>::size;
+    gated_kernel(bool pdl, T* __restrict__ out, int64_t out_stride, const T* __restrict__ x,
+                 int64_t x_stride, int64_t d, FastDivmod per_row, uint32_t total) {
   const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
   if (pdl) kernels::pdl_wait();
   if (i >= total) return;
   uint32_t r, c;
   per_row.divmod(i, r, c);
-  const T* src = x + r * x_stride + c * P;
-  const int4 gate = kernels::load16_stream(src);
-  const int4 up = kernels::load16_stream(src + d);
+  const T* src = x + r * x_stride + c * kN;
+  kernels::Pack<T, kN> gate, up;
+  gate.load_stream(src);
+  up.load_stream(src + d);
   if (pdl) kernels::pdl_launch_dependents();
-  float g[P], v[P];
-  kernels::raw_to_floats<T, P>(&gate, g);
-  kernels::raw_to_floats<T, P>(&up, v);
+  float g[kN], v[kN];
+  gate.unpack(g);
+  up.unpack(v);
   const Act act;
 #pragma unroll
-  for (int k = 0; k < P; ++k) g[k] = act(g[k]) * v[k];
-  kernels::store_floats_stream<T, P>(out + r * out_stride + c * P, g);
+  for (int k = 0; k < kN; ++k) g[k] = act(g[k]) * v[k];
+  gate.pack(g);
+  gate.store_stream(out + r * out_stride + c * kN);
 }
 
 template <typename T, typename Act>
-__global__ void __launch_bounds__(kPointwiseThreads)
-    gated_scalar_kernel(bool pdl, T* __restrict__ out, int64_t out_stride,
-                        const T* __restrict__ x, int64_t x_stride, int64_t d, FastDivmod per_row,
-                        uint32_t total) {
-  const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
-  if (pdl) kernels::pdl_wait();
-  if (i >= total) return;
-  uint32_t r, c;
-  per_row.divmod(i, r, c);
-  const T* src = x + r * x_stride + c;
-  const float g = kernels::to_float(src[0]);
-  const float v = kernels::to_float(src[d]);
-  if (pdl) kernels::pdl_launch_dependents();
-  out[r * out_stride + c] = kernels::from_float<T>(Act{}(g) * v);
-}
-
-template <typename T, typename Act>
-void gated_rows(T* out, int64_t out_stride, const T* x, int64_t x_stride, int64_t rows, int64_t d,
-                int device, cudaStream_t stream) {
+void gated_rows(const kernels::Launch& ctx, T* out, int64_t out_stride, const T* x,
+                int64_t x_stride, int64_t rows, int64_t d) {
   constexpr int P = kernels::Pack<T>::size;
-  // d % P == 0 keeps the up half (at x + d) aligned like the gate half.
   const bool packed = kernels::packs_fit(x, d, x_stride, sizeof(T)) &&
                       kernels::packs_fit(out, d, out_stride, sizeof(T));
   const int64_t per_row = packed ? d / P : d;
   const FastDivmod divmod(static_cast<uint32_t>(per_row));
   kernels::for_row_chunks(rows, per_row, [&](int64_t r0, int64_t n) {
     const int64_t work = n * per_row;
-    T* o = out + r0 * out_stride;
-    const T* i = x + r0 * x_stride;
-    auto kernel = packed ? gated_packs_kernel<T, Act> : gated_scalar_kernel<T, Act>;
-    kernels::launch_pointwise(kernel, work, device, stream, o, out_stride, i, x_stride, d, divmod,
-                              static_cast<uint32_t>(work));
+    auto kernel = packed ? gated_kernel<T, P, Act> : gated_kernel<T, 1, Act>;
+    kernels::launch_pointwise(ctx, kernel, work, out + r0 * out_stride, out_stride,
+                              x + r0 * x_stride, x_stride, d, divmod, static_cast<uint32_t>(work));
   });
 }
 
 // out: [..., d]; x: [..., 2d], same leading shape and dtype; last dims contiguous; the leading
 // dims of each must collapse to one row stride (the Python op routes other layouts to torch).
+// enable_pdl: -1 auto (kernels::pdl_for_grid), 0 off, 1 on.
 template <typename Act>
-void gated(const char* op, tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
+void gated(const char* op, tvm::ffi::TensorView out, tvm::ffi::TensorView x, int64_t enable_pdl) {
   // 1. Validate.
   kernels::check_same_dtype(op, "out", out, "x", x);
   kernels::check_device(op, "x", x, kDLCUDA);
@@ -108,32 +94,30 @@ void gated(const char* op, tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
   if (xv.rows == 0 || d == 0) return;
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(x);
-  cudaStream_t stream = kernels::current_stream(x);
-  // 4. Dispatch on dtype and launch.
+  const kernels::Launch ctx(op, x, enable_pdl);
+  // 4. Dispatch on dtype and launch (checked).
   KERNELS_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
-    gated_rows<T, Act>(reinterpret_cast<T*>(kernels::data_at(out)), ov.stride,
-                       reinterpret_cast<const T*>(kernels::data_at(x)), xv.stride, xv.rows, d,
-                       x.device().device_id, stream);
+    gated_rows<T, Act>(ctx, kernels::data<T>(out), ov.stride, kernels::data<const T>(x),
+                       xv.stride, xv.rows, d);
   });
-  kernels::check_launch(op);
 }
 
 }  // namespace activation_detail
 
-inline void silu_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
-  activation_detail::gated<kernels::math::Silu>("activation.silu_and_mul", out, x);
+inline void silu_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x, int64_t enable_pdl) {
+  activation_detail::gated<kernels::math::Silu>("activation.silu_and_mul", out, x, enable_pdl);
 }
 
-inline void gelu_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
-  activation_detail::gated<kernels::math::GeluErf>("activation.gelu_and_mul", out, x);
+inline void gelu_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x, int64_t enable_pdl) {
+  activation_detail::gated<kernels::math::GeluErf>("activation.gelu_and_mul", out, x, enable_pdl);
 }
 
-inline void gelu_tanh_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
-  activation_detail::gated<kernels::math::GeluTanh>("activation.gelu_tanh_and_mul", out, x);
+inline void gelu_tanh_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x, int64_t enable_pdl) {
+  activation_detail::gated<kernels::math::GeluTanh>("activation.gelu_tanh_and_mul", out, x, enable_pdl);
 }
 
-// out: same shape and dtype as x; may alias x (in place).
-inline void relu2(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
+// out: same shape and dtype as x; may alias x (in place). enable_pdl: -1 auto, 0 off, 1 on.
+inline void relu2(tvm::ffi::TensorView out, tvm::ffi::TensorView x, int64_t enable_pdl) {
   constexpr const char* kOp = "activation.relu2";
   // 1. Validate.
   kernels::check_same_shape(kOp, "out", out, "x", x);
@@ -146,14 +130,8 @@ inline void relu2(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
   if (x.numel() == 0) return;
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(x);
-  cudaStream_t stream = kernels::current_stream(x);
-  // 4. Dispatch on dtype and launch.
-  const bool contiguous = x.IsContiguous() && out.IsContiguous();
-  KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
-    kernels::unary_rows<T, T>(reinterpret_cast<T*>(kernels::data_at(out)), ov.stride,
-                              reinterpret_cast<const T*>(kernels::data_at(x)), xv.stride, xv.rows,
-                              xv.cols, contiguous, kernels::math::Relu2{}, x.device().device_id,
-                              stream);
-  });
-  kernels::check_launch(kOp);
+  const kernels::Launch ctx(kOp, x, enable_pdl);
+  // 4. Dispatch on dtype and launch (checked).
+  KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T,
+                         [&] { kernels::unary_rows<T, T>(ctx, out, x, kernels::math::Relu2{}); });
 }

@@ -9,6 +9,9 @@
 // scalars otherwise. Bytes: read h, w, shared (and routed) once, write out.
 #pragma once
 
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
 #include <kernels/activation_math.cuh>
 #include <kernels/checks.h>
 #include <kernels/cuda_dtype.cuh>
@@ -31,9 +34,8 @@ __global__ void __launch_bounds__(kThreads)
     gate_kernel(T* __restrict__ out, const T* __restrict__ h, const T* __restrict__ w,
                 const T* __restrict__ shared, const T* __restrict__ routed, Rows rows,
                 int64_t k_accesses, int64_t h_accesses) {
-  using A = kernels::Access<T, kPacked>;
-  using Raw = typename A::Raw;
-  constexpr int W = A::width;
+  constexpr int W = kernels::pack_width<T, kPacked>;
+  using Raw = kernels::Pack<T, W>;
   constexpr int64_t kChunk = kThreads * kUnroll;
   __shared__ float partial[32];
   const int64_t row = blockIdx.x;
@@ -50,8 +52,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t j = base + u * kThreads + tid;
       if (j < h_accesses) {
-        sr[u] = A::load_stream(shared + j * W);
-        if constexpr (kRouted) rr[u] = A::load_stream(routed + j * W);
+        sr[u].load_stream(shared + j * W);
+        if constexpr (kRouted) rr[u].load_stream(routed + j * W);
       }
     }
   };
@@ -64,8 +66,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t j = base + u * kThreads + tid;
       if (j < k_accesses) {
-        hr[u] = A::load_stream(h + j * W);
-        wr[u] = A::load_cached(w + j * W);
+        hr[u].load_stream(h + j * W);
+        wr[u].load_cached(w + j * W);
       }
     }
 #pragma unroll
@@ -73,8 +75,8 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t j = base + u * kThreads + tid;
       if (j < k_accesses) {
         float hv[W], wv[W];
-        A::to_floats(hr[u], hv);
-        A::to_floats(wr[u], wv);
+        hr[u].unpack(hv);
+        wr[u].unpack(wv);
 #pragma unroll
         for (int e = 0; e < W; ++e) acc = fmaf(hv[e], wv[e], acc);
       }
@@ -89,16 +91,17 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t j = base + u * kThreads + tid;
       if (j < h_accesses) {
         float s[W], r[W];
-        A::to_floats(sr[u], s);
+        sr[u].unpack(s);
         if constexpr (kRouted) {
-          A::to_floats(rr[u], r);
+          rr[u].unpack(r);
 #pragma unroll
           for (int e = 0; e < W; ++e) s[e] = fmaf(gate, s[e], r[e]);
         } else {
 #pragma unroll
           for (int e = 0; e < W; ++e) s[e] *= gate;
         }
-        A::store_stream(out + j * W, A::from_floats(s));
+        sr[u].pack(s);
+        sr[u].store_stream(out + j * W);
       }
     }
   }
@@ -107,7 +110,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, bool kPacked>
 void launch(T* out, const T* h, const T* w, const T* shared, const T* routed, Rows rows,
             int64_t tokens, int64_t k, int64_t hidden, cudaStream_t stream) {
-  constexpr int W = kernels::Access<T, kPacked>::width;
+  constexpr int W = kernels::pack_width<T, kPacked>;
   const unsigned grid = static_cast<unsigned>(tokens);
   if (routed)
     gate_kernel<T, kPacked, true>
@@ -163,11 +166,11 @@ inline void gate_sigmoid_mul_add(tvm::ffi::TensorView out, tvm::ffi::TensorView 
   const detail::Rows rows{detail::row_stride(h), detail::row_stride(shared),
                           detail::row_stride(rt), detail::row_stride(out)};
   KERNELS_DISPATCH_FLOAT(h.dtype(), kOp, T, [&] {
-    T* o = reinterpret_cast<T*>(kernels::data_at(out));
-    const T* hp = reinterpret_cast<const T*>(kernels::data_at(h));
-    const T* wp = reinterpret_cast<const T*>(kernels::data_at(w));
-    const T* sp = reinterpret_cast<const T*>(kernels::data_at(shared));
-    const T* rp = has_routed ? reinterpret_cast<const T*>(kernels::data_at(rt)) : nullptr;
+    T* o = kernels::data<T>(out);
+    const T* hp = kernels::data<const T>(h);
+    const T* wp = kernels::data<const T>(w);
+    const T* sp = kernels::data<const T>(shared);
+    const T* rp = has_routed ? kernels::data<const T>(rt) : nullptr;
     const bool packed = kernels::packs_fit(hp, k, rows.h, sizeof(T)) && kernels::is_aligned(wp) &&
                         kernels::packs_fit(sp, hidden, rows.shared, sizeof(T)) &&
                         kernels::packs_fit(o, hidden, rows.out, sizeof(T)) &&

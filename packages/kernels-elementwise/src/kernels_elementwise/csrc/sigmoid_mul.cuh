@@ -10,6 +10,9 @@
 // Bytes: read x and gate, write out.
 #pragma once
 
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
 #include <kernels/activation_math.cuh>
 #include <kernels/checks.h>
 #include <kernels/cuda_dtype.cuh>
@@ -40,15 +43,16 @@ template <typename T, bool kPacked, bool kPerHead>
 __global__ void __launch_bounds__(kPointwiseThreads)
     sigmoid_mul_kernel(bool pdl, T* __restrict__ out, const T* __restrict__ x,
                        const T* __restrict__ gate, Problem p) {
-  using A = kernels::Access<T, kPacked>;
-  constexpr int W = A::width;
+  constexpr int W = kernels::pack_width<T, kPacked>;
+  using A = kernels::Pack<T, W>;
   const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
   if (pdl) kernels::pdl_wait();
   if (i >= p.total) return;
   uint32_t th, c, t, h;
   p.per_head.divmod(i, th, c);
   p.heads.divmod(th, t, h);
-  const typename A::Raw xr = A::load_stream(x + t * p.x.token + h * p.x.head + c * W);
+  A xr;
+  xr.load_stream(x + t * p.x.token + h * p.x.head + c * W);
   float v[W], g[W];
   if constexpr (kPerHead) {
     const T gh = gate[t * p.gate.token + h * p.gate.head];
@@ -57,16 +61,18 @@ __global__ void __launch_bounds__(kPointwiseThreads)
 #pragma unroll
     for (int k = 0; k < W; ++k) g[k] = s;
   } else {
-    const typename A::Raw gr = A::load_stream(gate + t * p.gate.token + h * p.gate.head + c * W);
+    A gr;
+    gr.load_stream(gate + t * p.gate.token + h * p.gate.head + c * W);
     if (pdl) kernels::pdl_launch_dependents();
-    A::to_floats(gr, g);
+    gr.unpack(g);
 #pragma unroll
     for (int k = 0; k < W; ++k) g[k] = kernels::math::sigmoid(g[k]);
   }
-  A::to_floats(xr, v);
+  xr.unpack(v);
 #pragma unroll
   for (int k = 0; k < W; ++k) v[k] *= g[k];
-  A::store_stream(out + t * p.out.token + h * p.out.head + c * W, A::from_floats(v));
+  xr.pack(v);
+  xr.store_stream(out + t * p.out.token + h * p.out.head + c * W);
 }
 
 // The [T, H, D] strides of an operand that is [T, H, D] or [T, H * D]. A size-1 dim may carry
@@ -79,7 +85,7 @@ inline Strides strides_of(const tvm::ffi::TensorView& t, int64_t d) {
 
 template <typename T>
 void run(T* out, const T* x, const T* gate, int64_t tokens, int64_t heads, int64_t d,
-         Strides so, Strides sx, Strides sg, bool per_head, int device, cudaStream_t stream) {
+         Strides so, Strides sx, Strides sg, bool per_head, const kernels::Launch& ctx) {
   constexpr int P = kernels::Pack<T>::size;
   auto fits = [&](const void* ptr, Strides s) {
     return kernels::is_aligned(ptr) && s.token % P == 0 && s.head % P == 0;
@@ -102,7 +108,7 @@ void run(T* out, const T* x, const T* gate, int64_t tokens, int64_t heads, int64
                                      : sigmoid_mul_kernel<T, true, false>)
                          : (per_head ? sigmoid_mul_kernel<T, false, true>
                                      : sigmoid_mul_kernel<T, false, false>);
-    kernels::launch_pointwise(kernel, p.total, device, stream, o, xi, gi, p);
+    kernels::launch_pointwise(ctx, kernel, p.total, o, xi, gi, p);
   });
 }
 
@@ -139,16 +145,14 @@ inline void sigmoid_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x,
   if (x.numel() == 0) return;
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(x);
-  cudaStream_t stream = kernels::current_stream(x);
-  // 4. Dispatch on dtype and launch.
+  const kernels::Launch ctx(kOp, x);
+  // 4. Dispatch on dtype and launch (checked).
   const sigmoid_mul_detail::Strides so = sigmoid_mul_detail::strides_of(out, d),
                                     sx = sigmoid_mul_detail::strides_of(x, d),
                                     sg = sigmoid_mul_detail::strides_of(gate, d);
   KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
-    sigmoid_mul_detail::run<T>(reinterpret_cast<T*>(kernels::data_at(out)),
-                               reinterpret_cast<const T*>(kernels::data_at(x)),
-                               reinterpret_cast<const T*>(kernels::data_at(gate)), tokens, heads,
-                               d, so, sx, sg, per_head, x.device().device_id, stream);
+    sigmoid_mul_detail::run<T>(kernels::data<T>(out), kernels::data<const T>(x),
+                               kernels::data<const T>(gate), tokens, heads, d, so, sx, sg,
+                               per_head, ctx);
   });
-  kernels::check_launch(kOp);
 }

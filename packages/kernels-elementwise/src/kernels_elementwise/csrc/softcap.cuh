@@ -8,6 +8,9 @@
 // Bytes: read x, write out.
 #pragma once
 
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
 #include <kernels/activation_math.cuh>
 #include <kernels/checks.h>
 #include <kernels/cuda_dtype.cuh>
@@ -37,26 +40,19 @@ inline void softcap(tvm::ffi::TensorView out, tvm::ffi::TensorView x, double cap
   if (x.numel() == 0) return;
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(x);
-  cudaStream_t stream = kernels::current_stream(x);
-  // 4. Dispatch on dtype and launch.
-  const bool contiguous = x.IsContiguous() && out.IsContiguous();
+  const kernels::Launch ctx(kOp, x);
+  // 4. Dispatch on dtype and launch (checked).
   const float c = static_cast<float>(cap);
   const kernels::math::Softcap precise{c, static_cast<float>(1.0 / cap)};
-  const kernels::math::SoftcapExp fast{c, static_cast<float>(2.0 * 1.4426950408889634 / cap)};
-  const int device = x.device().device_id;
+  const kernels::math::SoftcapExp fast{c, static_cast<float>(1.0 / cap),
+                                       static_cast<float>(2.0 * 1.4426950408889634 / cap)};
   KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
-    const T* src = reinterpret_cast<const T*>(kernels::data_at(x));
     if (out_fp32) {
-      kernels::unary_rows<T, float>(reinterpret_cast<float*>(kernels::data_at(out)), ov.stride,
-                                    src, xv.stride, xv.rows, xv.cols, contiguous, precise, device,
-                                    stream);
+      kernels::unary_rows<T, float>(ctx, out, x, precise);
     } else if constexpr (std::is_same_v<T, kernels::bf16_t>) {
-      kernels::unary_rows<T, T>(reinterpret_cast<T*>(kernels::data_at(out)), ov.stride, src,
-                                xv.stride, xv.rows, xv.cols, contiguous, fast, device, stream);
+      kernels::unary_rows<T, T>(ctx, out, x, fast);
     } else {
-      kernels::unary_rows<T, T>(reinterpret_cast<T*>(kernels::data_at(out)), ov.stride, src,
-                                xv.stride, xv.rows, xv.cols, contiguous, precise, device, stream);
+      kernels::unary_rows<T, T>(ctx, out, x, precise);
     }
   });
-  kernels::check_launch(kOp);
 }

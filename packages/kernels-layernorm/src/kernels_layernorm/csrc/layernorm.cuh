@@ -1,13 +1,15 @@
 // layernorm, CUDA: y = (x - mean) * rsqrt(var + eps) * w (+ b), mean and the biased variance in
-// fp32 over the last dim, y rounded once. Two kernels, as for the RMSNorm family
-// (kernels/rowwise.cuh has the thread layout):
+// fp32 over the last dim, y rounded once. One op struct on the row engine of
+// <kernels/rowwise.cuh>: two statistics, the mean and then the exact two-pass sum of
+// (x - mean)^2 (no E[x^2] - mean^2 cancellation), over registers in the register kernel and over
+// re-reads of the row (from L2) in the loop kernel.
 //
-//   layernorm_registers<T, kVectorsPerThread>: 16-byte vectors, the row in registers; the variance
-//     is the exact two-pass sum of (x - mean)^2 over those registers (no E[x^2] - mean^2
-//     cancellation).
-//   layernorm_loop<T, kN>: any row (vectors for long rows, scalars for unaligned ones): three
-//     passes over the row (mean, variance, output), the last two served from L2.
+// weight and bias (optional, weight's dtype) have the input's dtype or, for fp16/bf16 input,
+// float32 (FlashInfer's callers pass fp32 parameters); fp32 weights are read as fp32.
 #pragma once
+
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
 
 #include <tvm/ffi/optional.h>
 
@@ -16,207 +18,107 @@
 namespace layernorm_detail {
 
 struct Params {
+  rowwise::RowShape shape;
   const void* in;
   void* out;
   const void* weight;
   const void* bias;  // null: no bias
-  rowwise::RowMap in_map, out_map;
+  kernels::RowMap in_map, out_map;
   uint32_t inner;
-  int64_t rows;
-  int hidden;
   float eps;
-  int tpr, tpr_shift, rows_per_block;
+};
+
+// T: input and output; W: weight and bias (T or float).
+template <typename T, typename W, int kAccess>
+struct LayerNorm : Params, rowwise::RowOp {
+  static constexpr int kN = kAccess;
+  static constexpr int kStats = 2;
+  // fp32 weights of a 16-bit row take twice the registers: at most 4 vectors per thread
+  // (x, w and b of 8 vectors would exceed the 128 registers of a 512-thread block).
+  static constexpr int kMaxVectorsPerThread = sizeof(W) > sizeof(T) ? 4 : 8;
+  using Pack = kernels::Pack<T, kN>;
+  using WPack = kernels::Pack<W, kN>;
+  struct Row {
+    const T* in;
+    T* out;
+  };
+  struct Regs {
+    WPack w, b;
+  };
+
+  __device__ __forceinline__ Row row(int64_t r) const {
+    return {static_cast<const T*>(in) + rowwise::row_offset(in_map, r, inner),
+            static_cast<T*>(out) + rowwise::row_offset(out_map, r, inner)};
+  }
+
+  __device__ __forceinline__ void load_input(const Row& row, int i, Pack& x) const {
+    x.load_stream(row.in + i * kN);
+  }
+  __device__ __forceinline__ void load_weights(int i, Regs& g) const {
+    g.w.load_cached(static_cast<const W*>(weight) + i * kN);
+    if (bias != nullptr) g.b.load_cached(static_cast<const W*>(bias) + i * kN);
+  }
+  __device__ __forceinline__ void load(const Row&, int i, Regs& g, bool) const {
+    load_weights(i, g);
+  }
+  // Passes 0 and 1 (mean, variance) read the row; pass 2 the row, weight and bias.
+  __device__ __forceinline__ void load_pass(int pass, const Row& row, int i, Pack& x,
+                                            Regs& g) const {
+    x.load(row.in + i * kN);
+    if (pass == kStats) load_weights(i, g);
+  }
+  // Statistic 0: the sum (-> mean); 1: the centred squares of the row's own lanes (-> rstd).
+  __device__ __forceinline__ float accumulate(int s, const Pack& x, const float* stats, float acc,
+                                              bool valid) const {
+    float f[kN];
+    x.unpack(f);
+    if (s == 0) {
+#pragma unroll
+      for (int k = 0; k < kN; ++k) acc += f[k];
+    } else if (valid) {
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        const float d = f[k] - stats[0];
+        acc = fmaf(d, d, acc);
+      }
+    }
+    return acc;
+  }
+  __device__ __forceinline__ float finish(int s, float sum) const {
+    const float m = sum * (1.0f / static_cast<float>(shape.hidden));
+    return s == 0 ? m : rsqrtf(m + eps);
+  }
+  __device__ __forceinline__ Pack output(const Pack& x, const Regs& g, const float* stats) const {
+    float a[kN], c[kN];
+    x.unpack(a);
+    g.w.unpack(c);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) a[k] = (a[k] - stats[0]) * stats[1] * c[k];
+    if (bias != nullptr) {
+      g.b.unpack(c);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) a[k] += c[k];
+    }
+    Pack y;
+    y.pack(a);
+    return y;
+  }
 };
 
 template <typename T, int kN>
-__device__ __forceinline__ float sum(const rowwise::Pack<T, kN>& x, float acc) {
-  float f[kN];
-  x.to_floats(f);
-#pragma unroll
-  for (int k = 0; k < kN; ++k) acc += f[k];
-  return acc;
-}
-
+using Same = LayerNorm<T, T, kN>;
 template <typename T, int kN>
-__device__ __forceinline__ float centered_squares(const rowwise::Pack<T, kN>& x, float mean,
-                                                  float acc) {
-  float f[kN];
-  x.to_floats(f);
-#pragma unroll
-  for (int k = 0; k < kN; ++k) {
-    const float d = f[k] - mean;
-    acc = fmaf(d, d, acc);
-  }
-  return acc;
-}
-
-// y = (x - mean) * rstd * w (+ b), rounded once.
-template <typename T, int kN>
-__device__ __forceinline__ rowwise::Pack<T, kN> normalize(const rowwise::Pack<T, kN>& x,
-                                                          const rowwise::Pack<T, kN>& w,
-                                                          const rowwise::Pack<T, kN>& b,
-                                                          bool has_bias, float mean, float rstd) {
-  float a[kN], c[kN];
-  x.to_floats(a);
-  w.to_floats(c);
-#pragma unroll
-  for (int k = 0; k < kN; ++k) a[k] = (a[k] - mean) * rstd * c[k];
-  if (has_bias) {
-    b.to_floats(c);
-#pragma unroll
-    for (int k = 0; k < kN; ++k) a[k] += c[k];
-  }
-  rowwise::Pack<T, kN> y;
-  y.from_floats(a);
-  return y;
-}
-
-template <typename T, int kVectorsPerThread>
-__global__ void __launch_bounds__(rowwise::kMaxBlock)
-    layernorm_registers(bool pdl, const __grid_constant__ Params p) {
-  constexpr int kN = 16 / sizeof(T);
-  using Pack = rowwise::Pack<T, kN>;
-  __shared__ float shared_mean[32], shared_var[32];
-  const rowwise::RowThread th = rowwise::row_thread(p.tpr, p.tpr_shift, p.rows_per_block);
-  const int vectors = th.row < p.rows ? p.hidden / kN : 0;
-  const T* in = static_cast<const T*>(p.in) + rowwise::row_offset(p.in_map, th.row, p.inner);
-  T* out = static_cast<T*>(p.out) + rowwise::row_offset(p.out_map, th.row, p.inner);
-  const T* weight = static_cast<const T*>(p.weight);
-  const T* bias = static_cast<const T*>(p.bias);
-  const bool has_bias = bias != nullptr;
-
-  if (pdl) kernels::pdl_wait();
-  Pack x[kVectorsPerThread], w[kVectorsPerThread], b[kVectorsPerThread];
-#pragma unroll
-  for (int j = 0; j < kVectorsPerThread; ++j) {
-    const int i = th.lane + j * p.tpr;
-    if (i < vectors) {
-      x[j].load_stream(in + i * kN);
-    } else {
-      x[j].zero();
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kVectorsPerThread; ++j) {
-    const int i = th.lane + j * p.tpr;
-    if (i < vectors) {
-      w[j].load_shared(weight + i * kN);
-      if (has_bias) b[j].load_shared(bias + i * kN);
-    }
-  }
-  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
-  float acc = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kVectorsPerThread; ++j) acc = sum(x[j], acc);
-  const float mean = rowwise::row_sum(acc, p.tpr, shared_mean) * inv_hidden;
-  acc = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kVectorsPerThread; ++j) {
-    if (th.lane + j * p.tpr < vectors) acc = centered_squares(x[j], mean, acc);
-  }
-  const float var = rowwise::row_sum(acc, p.tpr, shared_var) * inv_hidden;
-  if (pdl) kernels::pdl_launch_dependents();
-  const float rstd = rsqrtf(var + p.eps);
-#pragma unroll
-  for (int j = 0; j < kVectorsPerThread; ++j) {
-    const int i = th.lane + j * p.tpr;
-    if (i < vectors) normalize(x[j], w[j], b[j], has_bias, mean, rstd).store(out + i * kN);
-  }
-}
-
-template <typename T, int kN>
-__global__ void __launch_bounds__(rowwise::kMaxBlock)
-    layernorm_loop(bool pdl, const __grid_constant__ Params p) {
-  using Pack = rowwise::Pack<T, kN>;
-  __shared__ float shared_mean[32], shared_var[32];
-  const rowwise::RowThread th = rowwise::row_thread(p.tpr, p.tpr_shift, p.rows_per_block);
-  const int n = th.row < p.rows ? p.hidden / kN : 0;
-  const T* in = static_cast<const T*>(p.in) + rowwise::row_offset(p.in_map, th.row, p.inner);
-  T* out = static_cast<T*>(p.out) + rowwise::row_offset(p.out_map, th.row, p.inner);
-  const T* weight = static_cast<const T*>(p.weight);
-  const T* bias = static_cast<const T*>(p.bias);
-  const bool has_bias = bias != nullptr;
-  const int step = p.tpr;
-  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
-
-  if (pdl) kernels::pdl_wait();
-  float acc = 0.0f;
-  for (int base = th.lane; base < n; base += rowwise::kLoopBatch * step) {
-    Pack x[rowwise::kLoopBatch];
-#pragma unroll
-    for (int u = 0; u < rowwise::kLoopBatch; ++u) {
-      const int i = base + u * step;
-      if (i < n) {
-        x[u].load(in + i * kN);
-      } else {
-        x[u].zero();
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < rowwise::kLoopBatch; ++u) acc = sum(x[u], acc);
-  }
-  const float mean = rowwise::row_sum(acc, p.tpr, shared_mean) * inv_hidden;
-  acc = 0.0f;
-  for (int base = th.lane; base < n; base += rowwise::kLoopBatch * step) {
-    Pack x[rowwise::kLoopBatch];
-#pragma unroll
-    for (int u = 0; u < rowwise::kLoopBatch; ++u) {
-      const int i = base + u * step;
-      if (i < n) x[u].load(in + i * kN);
-    }
-#pragma unroll
-    for (int u = 0; u < rowwise::kLoopBatch; ++u) {
-      if (base + u * step < n) acc = centered_squares(x[u], mean, acc);
-    }
-  }
-  const float var = rowwise::row_sum(acc, p.tpr, shared_var) * inv_hidden;
-  if (pdl) kernels::pdl_launch_dependents();
-  const float rstd = rsqrtf(var + p.eps);
-  for (int base = th.lane; base < n; base += rowwise::kLoopBatch * step) {
-    Pack x[rowwise::kLoopBatch], w[rowwise::kLoopBatch], b[rowwise::kLoopBatch];
-#pragma unroll
-    for (int u = 0; u < rowwise::kLoopBatch; ++u) {
-      const int i = base + u * step;
-      if (i < n) {
-        x[u].load(in + i * kN);
-        w[u].load_shared(weight + i * kN);
-        if (has_bias) b[u].load_shared(bias + i * kN);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < rowwise::kLoopBatch; ++u) {
-      const int i = base + u * step;
-      if (i < n) normalize(x[u], w[u], b[u], has_bias, mean, rstd).store(out + i * kN);
-    }
-  }
-}
-
-template <typename T>
-void launch_typed(const char* op, Params& p, bool vector, int device, cudaStream_t stream,
-                  int enable_pdl) {
-  constexpr int kVec = 16 / sizeof(T);
-  const int vectors = p.hidden / kVec;
-  if (vector && vectors <= rowwise::kRegisterMaxVectors) {
-    return rowwise::launch_registers(
-        op,
-        {layernorm_registers<T, 1>, layernorm_registers<T, 2>, layernorm_registers<T, 4>,
-         layernorm_registers<T, 8>},
-        vectors, p, stream, enable_pdl, device);
-  }
-  if (vector) {
-    return rowwise::launch_loop(op, layernorm_loop<T, kVec>, vectors, p, stream, enable_pdl,
-                                device);
-  }
-  rowwise::launch_loop(op, layernorm_loop<T, 1>, p.hidden, p, stream, enable_pdl, device);
-}
+using Fp32Weights = LayerNorm<T, float, kN>;
 
 }  // namespace layernorm_detail
 
 // out, input: [..., H] (leading dims mergeable into (tokens, heads), last dim contiguous, same
-// dtype); weight, bias (optional): [H]. out may be input.
+// dtype); weight, bias (optional): [H], input's dtype or float32, bias's dtype weight's. out may
+// be input.
 inline void layernorm(tvm::ffi::TensorView out, tvm::ffi::TensorView input,
                       tvm::ffi::TensorView weight, tvm::ffi::Optional<tvm::ffi::TensorView> bias,
                       double eps, int64_t enable_pdl) {
+  namespace detail = layernorm_detail;
   constexpr const char* kOp = "layernorm.layernorm";
   // 1. Validate.
   rowwise::check_rows(kOp, "input", input);
@@ -224,40 +126,45 @@ inline void layernorm(tvm::ffi::TensorView out, tvm::ffi::TensorView input,
   kernels::check_same_shape(kOp, "out", out, "input", input);
   kernels::check_same_dtype(kOp, "out", out, "input", input);
   const int64_t hidden = input.size(-1);
-  rowwise::check_vector_arg(kOp, "weight", weight, hidden, "input", input);
-  if (bias.has_value()) rowwise::check_vector_arg(kOp, "bias", *bias, hidden, "input", input);
-  rowwise::check_eps(kOp, eps);
-  const bool empty = input.numel() == 0;
-  const tvm::ffi::TensorView* tensors[] = {&input, &out};
-  const rowwise::RowLayout rows =
-      empty ? rowwise::RowLayout{0, 1, {}} : rowwise::row_layout(kOp, "input", tensors, 2);
+  const bool fp32_weight = kernels::is_dtype(weight.dtype(), kDLFloat, 32);
+  rowwise::check_vector_shape(kOp, "weight", weight, hidden, "input");
+  TVM_FFI_CHECK(weight.dtype() == input.dtype() || fp32_weight, TypeError)
+      << kOp << ": weight must have input's dtype or float32";
+  if (bias.has_value()) {
+    rowwise::check_vector_shape(kOp, "bias", *bias, hidden, "input");
+    kernels::check_same_dtype(kOp, "bias", *bias, "weight", weight);
+  }
+  kernels::check_eps(kOp, eps);
+  const kernels::RowLayout rows = kernels::row_layout(kOp, "input", {&input, &out});
   kernels::check_device(kOp, "input", input, kDLCUDA);
   kernels::check_same_device(kOp, "out", out, "input", input);
   kernels::check_same_device(kOp, "weight", weight, "input", input);
   if (bias.has_value()) kernels::check_same_device(kOp, "bias", *bias, "input", input);
-  if (empty) return;
+  if (rows.rows() == 0) return;
 
-  layernorm_detail::Params p{};
-  p.in = rowwise::data(input);
-  p.out = rowwise::data(out);
-  p.weight = rowwise::data(weight);
-  p.bias = bias.has_value() ? rowwise::data(*bias) : nullptr;
+  detail::Params p{};
+  p.shape.rows = rows.rows();
+  p.shape.hidden = static_cast<int>(hidden);
+  p.in = kernels::data(input);
+  p.out = kernels::data(out);
+  p.weight = kernels::data(weight);
+  p.bias = bias.has_value() ? kernels::data(*bias) : nullptr;
   p.in_map = rows.map[0];
   p.out_map = rows.map[1];
   p.inner = static_cast<uint32_t>(rows.inner);
-  p.rows = rows.rows();
-  p.hidden = static_cast<int>(hidden);
   p.eps = static_cast<float>(eps);
   const int vec = 16 / (input.dtype().bits / 8);
-  const bool vector =
-      rowwise::vectors_fit(hidden, vec, {p.in, p.out, p.weight, p.bias}, {rows.map[0], rows.map[1]});
-
+  const bool vector = kernels::vectors_fit(hidden, vec, {p.in, p.out, p.weight, p.bias},
+                                           {rows.map[0], rows.map[1]});
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(input);
-  const int device = input.device().device_id;
-  cudaStream_t stream = kernels::current_stream(input);
-  // 4. Dispatch on dtype and launch.
+  const kernels::Launch ctx(kOp, input, enable_pdl);
+  // 4. Dispatch on dtype and launch (checked).
   KERNELS_DISPATCH_FLOAT(input.dtype(), kOp, T, [&] {
-    layernorm_detail::launch_typed<T>(kOp, p, vector, device, stream, static_cast<int>(enable_pdl));
+    if (fp32_weight && !std::is_same_v<T, float>) {
+      rowwise::launch_rows<detail::Fp32Weights, T>(ctx, p, vector);
+    } else {
+      rowwise::launch_rows<detail::Same, T>(ctx, p, vector);
+    }
   });
 }

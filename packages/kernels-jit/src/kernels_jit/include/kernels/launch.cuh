@@ -7,9 +7,15 @@
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
 
+#include <cstdint>
+
 namespace kernels {
 
 // Selects the tensor's device for the duration of a host entry point, then restores the old one.
+inline cudaStream_t current_stream(const tvm::ffi::TensorView& t) {
+  return static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, t.device().device_id));
+}
+
 class DeviceGuard {
  public:
   explicit DeviceGuard(const tvm::ffi::TensorView& t) {
@@ -22,15 +28,27 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-inline cudaStream_t current_stream(const tvm::ffi::TensorView& t) {
-  return static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, t.device().device_id));
-}
 
-inline void check_launch(const char* op) {
-  const cudaError_t status = cudaGetLastError();
+// A failed launch (`status`, or the runtime's last error) as a RuntimeError naming the op.
+inline void check_launch(const char* op, cudaError_t status = cudaGetLastError()) {
+  if (status != cudaSuccess) cudaGetLastError();  // clear it: the error is reported here
   TVM_FFI_CHECK(status == cudaSuccess, RuntimeError)
       << op << ": kernel launch failed: " << cudaGetErrorString(status);
 }
+
+// Where and how an entry point launches: the op (for errors), the device, the caller's stream
+// and the PDL switch (-1 auto: kernels::pdl_for_grid; 0 off; 1 on). Taken after the DeviceGuard.
+struct Launch {
+  const char* op;
+  int device;
+  cudaStream_t stream;
+  int enable_pdl;
+  Launch(const char* op_name, const tvm::ffi::TensorView& like, int64_t pdl = -1)
+      : op(op_name),
+        device(like.device().device_id),
+        stream(current_stream(like)),
+        enable_pdl(static_cast<int>(pdl)) {}
+};
 
 inline unsigned ceil_div(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
 

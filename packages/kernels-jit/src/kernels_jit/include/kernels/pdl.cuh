@@ -73,4 +73,14 @@ inline cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, 
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
+// The launch of both engines: `kernel(pdl, args...)` on the caller's stream, PDL as
+// pdl_for_grid decides from `ctx.enable_pdl`, a failure a RuntimeError naming `ctx.op`.
+template <typename... Params, typename... Args>
+inline void launch(const Launch& ctx, void (*kernel)(bool, Params...), unsigned grid,
+                   unsigned block, Args&&... args) {
+  const bool pdl = pdl_for_grid(ctx.enable_pdl, ctx.device, grid, block);
+  check_launch(ctx.op, launch_pdl(kernel, dim3(grid), dim3(block), 0, ctx.stream, pdl, pdl,
+                                  std::forward<Args>(args)...));
+}
+
 }  // namespace kernels

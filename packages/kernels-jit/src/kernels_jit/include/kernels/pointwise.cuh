@@ -1,9 +1,9 @@
-// Building blocks of row-wise pointwise kernels (activations, gates, softcap, fused norms):
+// The pointwise engine (activations, gates, softcap, add_constant):
 //   - FastDivmod: a flat work index -> (row, column) without a hardware divide;
-//   - 16-byte packs of T converted to and from float arrays, with streaming or cached loads;
-//   - RowView: a tensor seen as rows of a contiguous last dim with one row stride (what engines
-//     pass: contiguous tensors and slices of wider buffers), derived on the host;
-//   - launch_pointwise (one item per thread, PDL for small grids) and the unary row engine.
+//   - launch_pointwise: one work item (a 16-byte kernels::Pack, or one element) per thread, PDL
+//     for small grids, a checked launch;
+//   - unary_rows: the whole engine for out = op(x), with op a functor such as math::Silu, over a
+//     tensor seen as rows of a contiguous last dim with one row stride (kernels::row_view).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,6 +16,7 @@
 #include "cuda_dtype.cuh"
 #include "launch.cuh"
 #include "pdl.cuh"
+#include "tensor.h"
 #include "vec.cuh"
 
 namespace kernels {
@@ -44,164 +45,7 @@ struct FastDivmod {
 };
 
 // ---------------------------------------------------------------------------------------------
-// 16-byte packs <-> float arrays. A pack holds 16 / sizeof(T) elements (8 bf16/fp16, 4 fp32).
-
-template <typename T>
-struct Pack {
-  static constexpr int size = kVectorBytes / static_cast<int>(sizeof(T));
-};
-
-__device__ __forceinline__ void unpack(const int4& raw, float* f, float*) {
-  f[0] = __int_as_float(raw.x);
-  f[1] = __int_as_float(raw.y);
-  f[2] = __int_as_float(raw.z);
-  f[3] = __int_as_float(raw.w);
-}
-__device__ __forceinline__ void unpack(const int4& raw, float* f, __half*) {
-  const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __half22float2(h[i]);
-    f[2 * i] = v.x;
-    f[2 * i + 1] = v.y;
-  }
-}
-__device__ __forceinline__ void unpack(const int4& raw, float* f, __nv_bfloat16*) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __bfloat1622float2(h[i]);
-    f[2 * i] = v.x;
-    f[2 * i + 1] = v.y;
-  }
-}
-
-__device__ __forceinline__ int4 pack(const float* f, float*) {
-  return make_int4(__float_as_int(f[0]), __float_as_int(f[1]), __float_as_int(f[2]),
-                   __float_as_int(f[3]));
-}
-// Pairs round with one F2FP.PACK_AB each (round to nearest even, like torch's casts).
-__device__ __forceinline__ int4 pack(const float* f, __half*) {
-  int4 raw;
-  __half2* h = reinterpret_cast<__half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
-  return raw;
-}
-__device__ __forceinline__ int4 pack(const float* f, __nv_bfloat16*) {
-  int4 raw;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-  return raw;
-}
-
-// Raw 16-byte accesses. Streaming (evict-first) for data touched once; cached (the read-only
-// path: never for data the kernel writes) for data every block reuses, such as weights.
-__device__ __forceinline__ int4 load16_stream(const void* p) {
-  return __ldcs(reinterpret_cast<const int4*>(p));
-}
-__device__ __forceinline__ int4 load16_cached(const void* p) {
-  return __ldg(reinterpret_cast<const int4*>(p));
-}
-__device__ __forceinline__ void store16_stream(void* p, const int4& v) {
-  __stcs(reinterpret_cast<int4*>(p), v);
-}
-
-// N elements of T (N * sizeof(T) a multiple of 16) from/to a float array.
-template <typename T, int N>
-__device__ __forceinline__ void raw_to_floats(const int4* raw, float* f) {
-  constexpr int kPack = Pack<T>::size;
-  static_assert(N % kPack == 0, "N must fill whole 16-byte packs");
-#pragma unroll
-  for (int c = 0; c < N / kPack; ++c) unpack(raw[c], f + c * kPack, static_cast<T*>(nullptr));
-}
-template <typename T, int N>
-__device__ __forceinline__ void store_floats_stream(T* p, const float* f) {
-  constexpr int kPack = Pack<T>::size;
-  static_assert(N % kPack == 0, "N must fill whole 16-byte packs");
-#pragma unroll
-  for (int c = 0; c < N / kPack; ++c)
-    store16_stream(p + c * kPack, pack(f + c * kPack, static_cast<T*>(nullptr)));
-}
-
-// One access of W = kPacked ? Pack<T>::size : 1 contiguous elements, kept raw in registers until
-// used (a raw pack is 4 registers, its floats 8): row kernels with a packed and a scalar variant
-// share one body through it.
-template <typename T, bool kPacked>
-struct Access;
-
-template <typename T>
-struct Access<T, true> {
-  static constexpr int width = Pack<T>::size;
-  using Raw = int4;
-  __device__ __forceinline__ static Raw load_stream(const T* p) { return load16_stream(p); }
-  __device__ __forceinline__ static Raw load_cached(const T* p) { return load16_cached(p); }
-  // Coherent with the kernel's own earlier stores (load_cached is not: it may use the read-only
-  // path); pass a pointer that is not __restrict__, or the compiler may pick that path anyway.
-  __device__ __forceinline__ static Raw load(const T* p) {
-    return *reinterpret_cast<const int4*>(p);
-  }
-  __device__ __forceinline__ static void store_stream(T* p, const Raw& r) { store16_stream(p, r); }
-  __device__ __forceinline__ static void to_floats(const Raw& r, float* f) {
-    unpack(r, f, static_cast<T*>(nullptr));
-  }
-  __device__ __forceinline__ static Raw from_floats(const float* f) {
-    return pack(f, static_cast<T*>(nullptr));
-  }
-};
-
-template <typename T>
-struct Access<T, false> {
-  static constexpr int width = 1;
-  using Raw = T;
-  __device__ __forceinline__ static Raw load_stream(const T* p) { return *p; }
-  __device__ __forceinline__ static Raw load_cached(const T* p) { return *p; }
-  __device__ __forceinline__ static Raw load(const T* p) { return *p; }
-  __device__ __forceinline__ static void store_stream(T* p, const Raw& r) { *p = r; }
-  __device__ __forceinline__ static void to_floats(const Raw& r, float* f) { f[0] = to_float(r); }
-  __device__ __forceinline__ static Raw from_floats(const float* f) { return from_float<T>(f[0]); }
-};
-
-// ---------------------------------------------------------------------------------------------
-// Host side: tensors as rows.
-
-inline char* data_at(const tvm::ffi::TensorView& t) {
-  return static_cast<char*>(t.data_ptr()) + t.byte_offset();
-}
-
-// `t` as `rows` rows of its last dim (`cols` elements, stride 1), row r at element r * stride.
-// Leading dims collapse when each one's stride is the next one's stride times its size (size-1
-// dims are ignored); `ok` is false otherwise, and callers send such tensors elsewhere.
-struct RowView {
-  int64_t rows = 1;
-  int64_t cols = 1;
-  int64_t stride = 0;
-  bool ok = true;
-};
-
-inline RowView row_view(const tvm::ffi::TensorView& t) {
-  RowView v;
-  const int nd = t.ndim();
-  v.cols = nd ? t.size(nd - 1) : 1;
-  if (nd && v.cols > 1 && t.stride(nd - 1) != 1) v.ok = false;
-  v.stride = v.cols;
-  bool have_stride = false;
-  int64_t expect = 0;  // stride the next outer dim must have to collapse into the rows
-  for (int i = nd - 2; i >= 0; --i) {
-    const int64_t size = t.size(i);
-    v.rows *= size;
-    if (size == 1) continue;
-    if (!have_stride) {
-      v.stride = t.stride(i);
-      have_stride = true;
-    } else if (t.stride(i) != expect) {
-      v.ok = false;
-    }
-    expect = t.stride(i) * size;
-  }
-  return v;
-}
+// Host side: tensors as rows (kernels/tensor.h has data<T>, RowView and row_view).
 
 // Calls fn(first_row, num_rows) over row chunks whose flat work count (rows x per_row) stays
 // below 2^31, the range of FastDivmod and of 32-bit work indices. One chunk below ~8 GB.
@@ -214,8 +58,7 @@ inline void for_row_chunks(int64_t rows, int64_t per_row, F&& fn) {
 
 // Whether a 16-byte pack of T can be loaded at every row start and every pack of the row.
 inline bool packs_fit(const void* ptr, int64_t cols, int64_t row_stride, int64_t elem_bytes) {
-  const int64_t per_pack = kVectorBytes / elem_bytes;
-  return is_aligned(ptr) && cols % per_pack == 0 && row_stride % per_pack == 0;
+  return vectors_fit(cols, kVectorBytes / elem_bytes, {ptr}, {RowMap{row_stride, 0}});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -243,15 +86,12 @@ inline unsigned pointwise_blocks(int64_t work) {
   return std::max(1u, ceil_div(work, int64_t{kPointwiseThreads}));
 }
 
-// Launches `kernel(pdl, args...)` over `work` items on `stream`; a failed launch is reported by
-// the entry point's check_launch (the runtime records it as the last error).
+// Launches `kernel(pdl, args...)` over `work` items (kernels::launch: PDL per grid, a failure a
+// RuntimeError naming the op).
 template <typename... Params, typename... Args>
-inline void launch_pointwise(void (*kernel)(bool, Params...), int64_t work, int device,
-                             cudaStream_t stream, Args&&... args) {
-  const unsigned blocks = pointwise_blocks(work);
-  const bool pdl = pdl_for_grid(-1, device, blocks, kPointwiseThreads);
-  (void)launch_pdl(kernel, dim3(blocks), dim3(kPointwiseThreads), 0, stream, pdl, pdl,
-                   std::forward<Args>(args)...);
+inline void launch_pointwise(const Launch& ctx, void (*kernel)(bool, Params...), int64_t work,
+                             Args&&... args) {
+  launch(ctx, kernel, pointwise_blocks(work), kPointwiseThreads, std::forward<Args>(args)...);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -259,59 +99,55 @@ inline void launch_pointwise(void (*kernel)(bool, Params...), int64_t work, int 
 // work index per 16-byte pack of x (or per element on the scalar path), split into (row, column)
 // by FastDivmod, so any row count keeps every SM busy and a warp's accesses stay coalesced.
 
-// Packs: x and out 16-byte aligned, cols and row strides whole packs. `tail` (< one pack) is the
-// last partial pack of a contiguous tensor seen as one row; block 0 writes it.
-template <typename TIn, typename TOut, typename Op>
+// One kernel for both paths: kN = a 16-byte pack of TIn (x and out 16-byte aligned, cols and row
+// strides whole packs) or 1 (any alignment and width). `tail` (< one pack) is the last partial
+// pack of a contiguous tensor seen as one row; block 0 writes it.
+template <typename TIn, typename TOut, int kN, typename Op>
 __global__ void __launch_bounds__(kPointwiseThreads)
-    unary_packs_kernel(bool pdl, TOut* __restrict__ out, int64_t out_stride,
-                       const TIn* __restrict__ x, int64_t x_stride, FastDivmod per_row,
-                       uint32_t total, uint32_t tail, Op op) {
-  constexpr int P = Pack<TIn>::size;
-  static_assert(sizeof(TOut) >= sizeof(TIn), "outputs narrower than inputs are not packed");
+    unary_kernel(bool pdl, TOut* __restrict__ out, int64_t out_stride, const TIn* __restrict__ x,
+                 int64_t x_stride, FastDivmod per_row, uint32_t total, uint32_t tail, Op op) {
+  static_assert(kN == 1 || sizeof(TOut) >= sizeof(TIn), "outputs narrower than inputs");
   const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
   if (pdl) pdl_wait();
   if (i < total) {
     uint32_t r, c;
     per_row.divmod(i, r, c);
-    const int4 raw = load16_stream(x + r * x_stride + c * P);
+    Pack<TIn, kN> in;
+    in.load_stream(x + r * x_stride + c * kN);
     if (pdl) pdl_launch_dependents();
-    float f[P];
-    raw_to_floats<TIn, P>(&raw, f);
+    typename Pack<TIn, kN>::Value v[kN];
+    in.unpack(v);
 #pragma unroll
-    for (int k = 0; k < P; ++k) f[k] = op(f[k]);
-    store_floats_stream<TOut, P>(out + r * out_stride + c * P, f);
+    for (int k = 0; k < kN; ++k) v[k] = op(v[k]);
+    Pack<TOut, kN> y;
+    y.pack(v);
+    y.store_stream(out + r * out_stride + c * kN);
   }
-  if (blockIdx.x == 0 && threadIdx.x < tail) {
-    const int64_t e = static_cast<int64_t>(total) * P + threadIdx.x;
-    out[e] = from_float<TOut>(op(to_float(x[e])));
-  }
-}
-
-// Any alignment and width: one element per work index.
-template <typename TIn, typename TOut, typename Op>
-__global__ void __launch_bounds__(kPointwiseThreads)
-    unary_scalar_kernel(bool pdl, TOut* __restrict__ out, int64_t out_stride,
-                        const TIn* __restrict__ x, int64_t x_stride, FastDivmod per_row,
-                        uint32_t total, Op op) {
-  const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
-  if (pdl) pdl_wait();
-  if (i < total) {
-    uint32_t r, c;
-    per_row.divmod(i, r, c);
-    const float v = to_float(x[r * x_stride + c]);
-    if (pdl) pdl_launch_dependents();
-    out[r * out_stride + c] = from_float<TOut>(op(v));
+  if (kN > 1 && blockIdx.x == 0 && threadIdx.x < tail) {
+    const int64_t e = static_cast<int64_t>(total) * kN + threadIdx.x;
+    Pack<TIn, 1> in;
+    in.load(x + e);
+    typename Pack<TIn, 1>::Value v[1];
+    in.unpack(v);
+    v[0] = op(v[0]);
+    Pack<TOut, 1> y;
+    y.pack(v);
+    y.store(out + e);
   }
 }
 
-// out = op(x) elementwise over `rows` x `cols` (both RowViews of the same shape). `contiguous`
-// says both tensors are dense, so the whole tensor is streamed as one row of packs plus a tail.
+// out = op(x) elementwise; out and x have one shape, and row_view(out).ok and row_view(x).ok
+// (checked by the caller). Contiguous tensors stream as one row of packs plus a tail.
 template <typename TIn, typename TOut, typename Op>
-void unary_rows(TOut* out, int64_t out_stride, const TIn* x, int64_t x_stride, int64_t rows,
-                int64_t cols, bool contiguous, Op op, int device, cudaStream_t stream) {
+void unary_rows(const Launch& ctx, const tvm::ffi::TensorView& out_t,
+                const tvm::ffi::TensorView& x_t, Op op) {
   constexpr int P = Pack<TIn>::size;
+  const RowView xv = row_view(x_t), ov = row_view(out_t);
+  const int64_t rows = xv.rows, cols = xv.cols;
+  TOut* out = data<TOut>(out_t);
+  const TIn* x = data<const TIn>(x_t);
   if (rows == 0 || cols == 0) return;
-  if (contiguous && is_aligned(out) && is_aligned(x)) {
+  if (x_t.IsContiguous() && out_t.IsContiguous() && is_aligned(out) && is_aligned(x)) {
     const int64_t n = rows * cols;
     const int64_t packs = n / P;
     // Slices of at most 2^28 packs (4 GiB of x), each seen as one row, so that a pack's element
@@ -322,27 +158,21 @@ void unary_rows(TOut* out, int64_t out_stride, const TIn* x, int64_t x_stride, i
       const int64_t len = std::min(kSlice, packs - start);
       const uint32_t tail = start + len == packs ? static_cast<uint32_t>(n % P) : 0;
       const FastDivmod one_row(static_cast<uint32_t>(std::max<int64_t>(len, 1)));
-      launch_pointwise(unary_packs_kernel<TIn, TOut, Op>, len, device, stream, out + start * P,
-                       int64_t{0}, x + start * P, int64_t{0}, one_row,
-                       static_cast<uint32_t>(len), tail, op);
+      launch_pointwise(ctx, unary_kernel<TIn, TOut, P, Op>, len, out + start * P, int64_t{0},
+                       x + start * P, int64_t{0}, one_row, static_cast<uint32_t>(len), tail, op);
       start += len;
     } while (start < packs);
     return;
   }
-  const bool packed = packs_fit(x, cols, x_stride, sizeof(TIn)) &&
-                      packs_fit(out, cols, out_stride, sizeof(TOut));
+  const bool packed = packs_fit(x, cols, xv.stride, sizeof(TIn)) &&
+                      packs_fit(out, cols, ov.stride, sizeof(TOut));
   const int64_t per_row = packed ? cols / P : cols;
   const FastDivmod divmod(static_cast<uint32_t>(per_row));
   for_row_chunks(rows, per_row, [&](int64_t r0, int64_t n) {
     const int64_t work = n * per_row;
-    TOut* o = out + r0 * out_stride;
-    const TIn* i = x + r0 * x_stride;
-    if (packed)
-      launch_pointwise(unary_packs_kernel<TIn, TOut, Op>, work, device, stream, o, out_stride, i,
-                       x_stride, divmod, static_cast<uint32_t>(work), uint32_t{0}, op);
-    else
-      launch_pointwise(unary_scalar_kernel<TIn, TOut, Op>, work, device, stream, o, out_stride, i,
-                       x_stride, divmod, static_cast<uint32_t>(work), op);
+    auto kernel = packed ? unary_kernel<TIn, TOut, P, Op> : unary_kernel<TIn, TOut, 1, Op>;
+    launch_pointwise(ctx, kernel, work, out + r0 * ov.stride, ov.stride, x + r0 * xv.stride,
+                     xv.stride, divmod, static_cast<uint32_t>(work), uint32_t{0}, op);
   });
 }
 

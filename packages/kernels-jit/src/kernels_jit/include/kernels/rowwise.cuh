@@ -1,8 +1,29 @@
-// Row-wise kernels (the norms of kernels-layernorm, elementwise.fused_dual_residual_rmsnorm):
-// how rows are found in memory, how the threads of a row are laid out, the row reduction, and the
-// host-side launch plan and launch. Each kernel takes `bool pdl` first, then its Params; the
-// launch decides PDL per grid (kernels::pdl_for_grid), and the kernel runs the PDL instructions
-// only when it is set.
+// The row engine: row reductions (the norms of kernels-layernorm,
+// elementwise.fused_dual_residual_rmsnorm, and any op with a norm inside) as one register-resident
+// kernel and one looping kernel, parameterised by an op struct, the way the pointwise engine takes
+// a functor. An op keeps only its struct and its host entry; launch_rows picks the kernel and the
+// launch plan. PDL per grid (kernels::pdl_for_grid from the entry's enable_pdl).
+//
+// The op struct derives from its Params (which hold `shape`, a RowShape) and rowwise::RowOp (the
+// defaults), and is a template over T and the access width kN (a 16-byte pack of T, or 1 on the
+// scalar path); csrc/rmsnorm.cuh is the example. With Pack = kernels::Pack<T, kN> it provides:
+//   kN, kStats, Pack           kStats: row statistics, in order (RMS: 1; LayerNorm: mean, var)
+//   Row row(r)                 row r's pointers; Row has `T* out`, where output() is stored
+//   Regs                       the per-access operands held beside x (weights, bias, residual)
+//   load_input(row, i, x)      register kernel: access i of the row (streaming)
+//   load(row, i, regs, late)   register kernel: its operands, issued with the row's loads (but
+//                              for `late`, those that load_late loads)
+//   load_pass(pass, row, i, x, regs)  loop kernel: what pass `pass` reads (pass kStats: output)
+//   update(s, x, regs, stats)  pre-reduce, in registers, before statistic s (x += residual)
+//   load_late(s, row, i, regs) register kernel at kLateFrom or more vectors per thread: operands
+//                              loaded after update s, to bound the registers held at once
+//   store(s, row, i, x)        update s's result to memory (the sum into residual; mid)
+//   accumulate(s, x, stats, acc, valid)  statistic s's partial sum over one access
+//   finish(s, sum)             the row's sum -> statistic s (mean, rstd)
+//   output(x, regs, stats)     the output access (weight, 1 + weight, bias)
+// and optionally kMaxVectorsPerThread (register budget), kRegisterMinVectors (shorter rows take
+// the loop kernel) and kLateFrom. The hooks are general enough for the row ops still to come (per-token
+// absmax quantization, adaLN scale/shift, moe_sum_reduce, all-reduce + rmsnorm).
 //
 // Thread layout. A row is split over `tpr` threads ("threads per row"). Either tpr <= 32 is a power
 // of two and the row's threads are an aligned group of lanes of one warp (reduction: shuffles
@@ -23,12 +44,10 @@
 #include <kernels/launch.cuh>
 #include <kernels/pdl.cuh>
 #include <kernels/reduce.cuh>
+#include <kernels/tensor.h>
 #include <kernels/vec.cuh>
 
-#include <array>
 #include <cstdint>
-#include <cstring>
-#include <initializer_list>
 
 namespace rowwise {
 
@@ -43,122 +62,21 @@ constexpr int kMaxVectorsPerThread = 8;
 constexpr int kRegisterMaxVectors = kMaxBlock * kMaxVectorsPerThread;
 // Warps per block when several rows share a block.
 constexpr int kMaxWarpsPerBlock = 8;
-constexpr int kMaxDims = 16;
 
 // ---------------------------------------------------------------------------------------------
 // Device side.
 
-// Conversions between 32-bit words of packed storage and floats.
-template <typename T>
-struct Words;
+using kernels::Pack;
+using kernels::RowMap;
 
-template <>
-struct Words<float> {
-  static constexpr int kPerWord = 1;
-  static __device__ __forceinline__ void unpack(uint32_t w, float* f) { f[0] = __uint_as_float(w); }
-  static __device__ __forceinline__ uint32_t pack(const float* f) { return __float_as_uint(f[0]); }
+// The launch plan's row layout and the row count, in every op's Params (as `shape`).
+struct RowShape {
+  int64_t rows;  // all rows
+  int hidden;    // elements per row
+  int tpr, tpr_shift, rows_per_block;
 };
 
-template <>
-struct Words<__nv_bfloat16> {
-  static constexpr int kPerWord = 2;
-  static __device__ __forceinline__ void unpack(uint32_t w, float* f) {
-    f[0] = __uint_as_float(w << 16);
-    f[1] = __uint_as_float(w & 0xffff0000u);
-  }
-  static __device__ __forceinline__ uint32_t pack(const float* f) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(f[0], f[1]);  // one F2FP.BF16.F32.PACK_AB
-    uint32_t w;
-    memcpy(&w, &h, sizeof(w));
-    return w;
-  }
-};
-
-template <>
-struct Words<__half> {
-  static constexpr int kPerWord = 2;
-  static __device__ __forceinline__ void unpack(uint32_t w, float* f) {
-    __half2 h;
-    memcpy(&h, &w, sizeof(w));
-    const float2 v = __half22float2(h);
-    f[0] = v.x;
-    f[1] = v.y;
-  }
-  static __device__ __forceinline__ uint32_t pack(const float* f) {
-    const __half2 h = __floats2half2_rn(f[0], f[1]);
-    uint32_t w;
-    memcpy(&w, &h, sizeof(w));
-    return w;
-  }
-};
-
-// kN consecutive elements of T: one 16-byte access (LDG/STG.E.128) when kN * sizeof(T) == 16,
-// else a single element (kN == 1, the scalar path). The vector form stores raw 32-bit words: a
-// register array of class types (__nv_bfloat16) that is also copied as a whole ends up in local
-// memory (a 104-byte stack frame and 240 bytes of spills in the bf16 x 8 kernel).
-//   load_stream: data read once (the input rows): evict-first, and a coherent load, not
-//     ld.global.nc, because outputs may alias inputs (out = input, the fused ops in place).
-//   load_shared: data every row reads (weights, bias): the read-only path, kept in L1/L2.
-//   load: data read again later (loop kernels) or written earlier by this thread.
-template <typename T, int kN, bool kVector = (sizeof(T) * kN == 16)>
-struct Pack;
-
-template <typename T, int kN>
-struct Pack<T, kN, true> {
-  static constexpr int kWords = 4;
-  static constexpr int kPerWord = Words<T>::kPerWord;
-  static_assert(kWords * kPerWord == kN, "a 16-byte pack");
-  uint32_t w[kWords];
-
-  __device__ __forceinline__ void set(const uint4& r) {
-    w[0] = r.x;
-    w[1] = r.y;
-    w[2] = r.z;
-    w[3] = r.w;
-  }
-  __device__ __forceinline__ void zero() { set(make_uint4(0, 0, 0, 0)); }
-  __device__ __forceinline__ void load_stream(const T* p) {
-    set(__ldcs(reinterpret_cast<const uint4*>(p)));
-  }
-  __device__ __forceinline__ void load_shared(const T* p) {
-    set(__ldg(reinterpret_cast<const uint4*>(p)));
-  }
-  __device__ __forceinline__ void load(const T* p) { set(*reinterpret_cast<const uint4*>(p)); }
-  __device__ __forceinline__ void store(T* p) const {
-    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
-  }
-  __device__ __forceinline__ void to_floats(float (&f)[kN]) const {
-#pragma unroll
-    for (int i = 0; i < kWords; ++i) Words<T>::unpack(w[i], f + i * kPerWord);
-  }
-  __device__ __forceinline__ void from_floats(const float (&f)[kN]) {
-#pragma unroll
-    for (int i = 0; i < kWords; ++i) w[i] = Words<T>::pack(f + i * kPerWord);
-  }
-};
-
-template <typename T>
-struct Pack<T, 1, false> {
-  T v;
-
-  __device__ __forceinline__ void zero() { v = kernels::from_float<T>(0.0f); }
-  __device__ __forceinline__ void load_stream(const T* p) { v = *p; }
-  __device__ __forceinline__ void load_shared(const T* p) { v = __ldg(p); }
-  __device__ __forceinline__ void load(const T* p) { v = *p; }
-  __device__ __forceinline__ void store(T* p) const { *p = v; }
-  __device__ __forceinline__ void to_floats(float (&f)[1]) const { f[0] = kernels::to_float(v); }
-  __device__ __forceinline__ void from_floats(const float (&f)[1]) {
-    v = kernels::from_float<T>(f[0]);
-  }
-};
-
-// Element offset of row r in a tensor of rows (outer, inner) with strides (s0, s1).
-struct RowMap {
-  int64_t s0 = 0;
-  int64_t s1 = 0;
-};
-
-__device__ __forceinline__ int64_t row_offset(const RowMap& m, int64_t r, uint32_t inner) {
+__device__ __forceinline__ int64_t row_offset(const kernels::RowMap& m, int64_t r, uint32_t inner) {
   if (inner == 1) return r * m.s0;
   // row_layout() guarantees rows < 2^32 when inner > 1, so 32-bit division (a few instructions
   // instead of a 64-bit division routine) is exact.
@@ -197,110 +115,163 @@ __device__ __forceinline__ float row_sum(float v, int tpr, float* shared) {
   return kernels::warp_sum(v);
 }
 
-// Accesses per thread and pass that the loop kernels issue together before their first use:
+// Accesses per thread and pass that the loop kernel issues together before their first use:
 // their loads are in flight at once even where out aliases the input (which keeps the compiler
 // from moving loads across stores).
 constexpr int kLoopBatch = 4;
 
-// Pack arithmetic of the RMS kernels, in fp32: the running sum of squares, and
-// y = x * rstd * (w + offset) rounded once.
-template <typename T, int kN>
-__device__ __forceinline__ float sum_squares(const Pack<T, kN>& x, float acc) {
-  float f[kN];
-  x.to_floats(f);
+// Defaults of the op hooks: no update, no late loads, no intermediate stores, 8 vectors per
+// thread at most, every register kernel built.
+struct RowOp {
+  static constexpr int kMaxVectorsPerThread = rowwise::kMaxVectorsPerThread;
+  // Rows of fewer vectors take the loop kernel (spares the small register instantiations).
+  static constexpr int kRegisterMinVectors = 1;
+  // Vectors per thread from which load() leaves some operands to load_late().
+  static constexpr int kLateFrom = 1 << 30;
+  template <typename Pack, typename Regs>
+  __device__ __forceinline__ void update(int, Pack&, Regs&, const float*) const {}
+  template <typename Row, typename Regs>
+  __device__ __forceinline__ void load_late(int, const Row&, int, Regs&) const {}
+  template <typename Row, typename Pack>
+  __device__ __forceinline__ void store(int, const Row&, int, const Pack&) const {}
+};
+
+// The register kernel: the row stays in registers from its one read to its one write (the
+// minimum traffic). Rows up to kMaxBlock * kVectorsPerThread vectors.
+template <typename Op, int kVectorsPerThread>
+__global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __grid_constant__ Op op) {
+  constexpr int kN = Op::kN;
+  constexpr int kStats = Op::kStats;
+  constexpr bool kLate = kVectorsPerThread >= Op::kLateFrom;
+  using P = typename Op::Pack;
+  using Regs = typename Op::Regs;
+  __shared__ float shared[kStats][32];
+  const RowShape& s = op.shape;
+  const RowThread th = row_thread(s.tpr, s.tpr_shift, s.rows_per_block);
+  const int vectors = th.row < s.rows ? s.hidden / kN : 0;
+  const typename Op::Row row = op.row(th.row);
+
+  if (pdl) kernels::pdl_wait();
+  P x[kVectorsPerThread];
+  Regs regs[kVectorsPerThread];
 #pragma unroll
-  for (int k = 0; k < kN; ++k) acc = fmaf(f[k], f[k], acc);
-  return acc;
+  for (int j = 0; j < kVectorsPerThread; ++j) {
+    const int i = th.lane + j * s.tpr;
+    if (i < vectors) {
+      op.load_input(row, i, x[j]);
+    } else {
+      x[j].zero();
+    }
+  }
+  // The operands go out with the row's loads: issued after a store (the fused ops' residual),
+  // they would wait for it (the compiler cannot prove that they do not overlap), which cost a
+  // whole memory round trip at decode.
+#pragma unroll
+  for (int j = 0; j < kVectorsPerThread; ++j) {
+    const int i = th.lane + j * s.tpr;
+    if (i < vectors) op.load(row, i, regs[j], kLate);
+  }
+  float stats[kStats];
+#pragma unroll
+  for (int st = 0; st < kStats; ++st) {
+#pragma unroll
+    for (int j = 0; j < kVectorsPerThread; ++j) {
+      if (th.lane + j * s.tpr < vectors) op.update(st, x[j], regs[j], stats);
+    }
+#pragma unroll
+    for (int j = 0; j < kVectorsPerThread; ++j) {
+      const int i = th.lane + j * s.tpr;
+      if (kLate && i < vectors) op.load_late(st, row, i, regs[j]);
+    }
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kVectorsPerThread; ++j) {
+      const int i = th.lane + j * s.tpr;
+      if (i < vectors) op.store(st, row, i, x[j]);
+      acc = op.accumulate(st, x[j], stats, acc, i < vectors);
+    }
+    acc = row_sum(acc, s.tpr, shared[st]);
+    if (st == kStats - 1 && pdl) kernels::pdl_launch_dependents();
+    stats[st] = op.finish(st, acc);
+  }
+#pragma unroll
+  for (int j = 0; j < kVectorsPerThread; ++j) {
+    const int i = th.lane + j * s.tpr;
+    if (i < vectors) op.output(x[j], regs[j], stats).store(row.out + i * kN);
+  }
 }
 
-template <typename T, int kN>
-__device__ __forceinline__ Pack<T, kN> scale(const Pack<T, kN>& x, const Pack<T, kN>& w,
-                                             float rstd, float offset) {
-  float a[kN], b[kN];
-  x.to_floats(a);
-  w.to_floats(b);
+// The loop kernel: any row (16-byte vectors for rows too long for registers, kN = 1 when the
+// row, a pointer or a row stride is not in whole vectors). One pass per statistic and one for
+// the output, each re-reading what it needs (from L1/L2). Each thread re-reads only what it read
+// or wrote itself (same indices), so outputs may alias inputs without a barrier.
+template <typename Op>
+__global__ void __launch_bounds__(kMaxBlock) row_loop(bool pdl, const __grid_constant__ Op op) {
+  constexpr int kN = Op::kN;
+  constexpr int kStats = Op::kStats;
+  constexpr int kBatch = kLoopBatch;
+  using P = typename Op::Pack;
+  using Regs = typename Op::Regs;
+  __shared__ float shared[kStats][32];
+  const RowShape& s = op.shape;
+  const RowThread th = row_thread(s.tpr, s.tpr_shift, s.rows_per_block);
+  const int n = th.row < s.rows ? s.hidden / kN : 0;
+  const typename Op::Row row = op.row(th.row);
+  const int step = s.tpr;
+
+  if (pdl) kernels::pdl_wait();
+  float stats[kStats];
 #pragma unroll
-  for (int k = 0; k < kN; ++k) a[k] = a[k] * rstd * (b[k] + offset);
-  Pack<T, kN> y;
-  y.from_floats(a);
-  return y;
+  for (int st = 0; st < kStats; ++st) {
+    float acc = 0.0f;
+    for (int base = th.lane; base < n; base += kBatch * step) {
+      P x[kBatch];
+      Regs regs[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = base + u * step;
+        if (i < n) {
+          op.load_pass(st, row, i, x[u], regs[u]);
+        } else {
+          x[u].zero();
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = base + u * step;
+        if (i < n) {
+          op.update(st, x[u], regs[u], stats);
+          op.store(st, row, i, x[u]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        acc = op.accumulate(st, x[u], stats, acc, base + u * step < n);
+    }
+    acc = row_sum(acc, s.tpr, shared[st]);
+    if (st == kStats - 1 && pdl) kernels::pdl_launch_dependents();
+    stats[st] = op.finish(st, acc);
+  }
+  for (int base = th.lane; base < n; base += kBatch * step) {
+    P x[kBatch];
+    Regs regs[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * step;
+      if (i < n) op.load_pass(kStats, row, i, x[u], regs[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * step;
+      if (i < n) op.output(x[u], regs[u], stats).store(row.out + i * kN);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
 using tvm::ffi::TensorView;
-
-template <typename T = void>
-inline T* data(const TensorView& t) {
-  return reinterpret_cast<T*>(static_cast<char*>(t.data_ptr()) + t.byte_offset());
-}
-
-// Leading dims of tensors of one shape, merged into (outer, inner) with each tensor's strides.
-struct RowLayout {
-  int64_t outer = 1;
-  int64_t inner = 1;
-  RowMap map[4];
-  int64_t rows() const { return outer * inner; }
-};
-
-// `tensors` share a shape [..., H] (checked by the caller). Merges adjacent leading dims where
-// every tensor's strides allow (size-1 dims are skipped); more than two levels is a ValueError.
-inline RowLayout row_layout(const char* op, const char* what, const TensorView* const* tensors,
-                            int count) {
-  constexpr int kMaxTensors = sizeof(RowLayout::map) / sizeof(RowMap);
-  TVM_FFI_CHECK(count <= kMaxTensors, InternalError) << op << ": row_layout of " << count
-                                                     << " tensors (at most " << kMaxTensors << ")";
-  const TensorView& t0 = *tensors[0];
-  const int lead = t0.ndim() - 1;
-  TVM_FFI_CHECK(lead < kMaxDims, ValueError) << op << ": " << what << " has too many dims ("
-                                             << t0.ndim() << ")";
-  int64_t size[kMaxDims];
-  int64_t stride[kMaxTensors][kMaxDims];
-  int levels = 0;
-  for (int d = 0; d < lead; ++d) {
-    const int64_t n = t0.size(d);
-    if (n == 1) continue;
-    bool merge = levels > 0;
-    for (int i = 0; merge && i < count; ++i)
-      merge = stride[i][levels - 1] == tensors[i]->stride(d) * n;
-    if (merge) {
-      size[levels - 1] *= n;
-      for (int i = 0; i < count; ++i) stride[i][levels - 1] = tensors[i]->stride(d);
-    } else {
-      TVM_FFI_CHECK(levels < 2, ValueError)
-          << op << ": the leading dims of " << what << " " << kernels::shape_string(t0)
-          << " cannot be merged into (tokens, heads) rows with one stride each; pass a "
-          << "contiguous tensor (.contiguous()) or a view whose leading dims collapse";
-      size[levels] = n;
-      for (int i = 0; i < count; ++i) stride[i][levels] = tensors[i]->stride(d);
-      ++levels;
-    }
-  }
-  RowLayout layout;
-  if (levels >= 1) {
-    layout.outer = size[0];
-    for (int i = 0; i < count; ++i) layout.map[i].s0 = stride[i][0];
-  }
-  if (levels == 2) {
-    layout.inner = size[1];
-    for (int i = 0; i < count; ++i) layout.map[i].s1 = stride[i][1];
-  }
-  TVM_FFI_CHECK(layout.inner == 1 || layout.rows() < (int64_t{1} << 32), ValueError)
-      << op << ": " << what << " " << kernels::shape_string(t0) << " has too many rows";
-  return layout;
-}
-
-// 16-byte vectors (`vec` elements) are legal when every row start is 16-byte aligned: the base
-// `pointers` aligned (null ones, absent tensors, pass), the hidden size and every row stride of
-// `maps` multiples of the vector.
-inline bool vectors_fit(int64_t hidden, int64_t vec, std::initializer_list<const void*> pointers,
-                        std::initializer_list<RowMap> maps) {
-  bool fit = hidden % vec == 0;
-  for (const void* ptr : pointers) fit = fit && kernels::is_aligned(ptr);
-  for (const RowMap& m : maps) fit = fit && m.s0 % vec == 0 && m.s1 % vec == 0;
-  return fit;
-}
 
 // Threads per row, vectors per thread and the grid of one launch.
 struct Plan {
@@ -355,7 +326,8 @@ inline void finish_plan(Plan& plan, int64_t rows, int device) {
 // Measured on the H200 (2026-12-02, bf16): the wide layout took rmsnorm at one token from 1.57 to
 // 1.15 us and fused_add_rmsnorm from 2.07 to 1.57 us, but at 8192 rows and more it was up to 30%
 // slower than the 8-vector layout for rmsnorm and up to 28% for layernorm (7168 and 8192 wide).
-inline Plan plan_registers(int64_t vectors, int64_t rows, int device) {
+inline Plan plan_registers(int64_t vectors, int64_t rows, int device,
+                           int max_per_thread = kMaxVectorsPerThread) {
   Plan plan{};
   if (vectors <= 4) {
     plan.vectors_per_thread = 1;
@@ -367,10 +339,10 @@ inline Plan plan_registers(int64_t vectors, int64_t rows, int device) {
     plan.vectors_per_thread = 4;
     plan.tpr = 32;
   } else {
-    int per_thread = kMaxVectorsPerThread;
+    int per_thread = max_per_thread;
     if (rows <= 2 * int64_t{kernels::sm_count(device)}) {
       per_thread = 2;
-      while (per_thread < kMaxVectorsPerThread && vectors > int64_t{kMaxBlock} * per_thread)
+      while (per_thread < max_per_thread && vectors > int64_t{kMaxBlock} * per_thread)
         per_thread *= 2;
     }
     plan.vectors_per_thread = per_thread;
@@ -397,56 +369,56 @@ inline Plan plan_loop(int64_t accesses, int64_t rows, int device) {
   return plan;
 }
 
-// Launches `kernel(pdl, args...)` with the plan's grid, PDL as kernels::pdl_for_grid decides from
-// `enable_pdl` (-1 auto, 0 off, 1 on), and turns a failure into a RuntimeError naming the op.
-template <typename... Params, typename... Args>
-inline void launch(const char* op, void (*kernel)(bool, Params...), const Plan& plan,
-                   cudaStream_t stream, int enable_pdl, int device, Args&&... args) {
-  const bool pdl = kernels::pdl_for_grid(enable_pdl, device, plan.grid, plan.block);
-  const cudaError_t status = kernels::launch_pdl(kernel, dim3(plan.grid), dim3(plan.block), 0,
-                                                 stream, pdl, pdl, std::forward<Args>(args)...);
-  TVM_FFI_CHECK(status == cudaSuccess, RuntimeError)
-      << op << ": kernel launch failed: " << cudaGetErrorString(status);
+// The plan's layout into the op's shape, then the launch.
+template <typename Op>
+inline void launch_plan(const kernels::Launch& ctx, void (*kernel)(bool, Op), const Plan& plan,
+                        Op op) {
+  op.shape.tpr = plan.tpr;
+  op.shape.tpr_shift = plan.tpr_shift;
+  op.shape.rows_per_block = plan.rows_per_block;
+  kernels::launch(ctx, kernel, plan.grid, plan.block, op);
 }
 
-// A row-wise kernel over Params `P`, which carries the plan's layout in `tpr`, `tpr_shift` and
-// `rows_per_block` and its row count in `rows`.
-template <typename P>
-using RowKernel = void (*)(bool, P);
-
-template <typename P>
-inline void apply_plan(P& p, const Plan& plan) {
-  p.tpr = plan.tpr;
-  p.tpr_shift = plan.tpr_shift;
-  p.rows_per_block = plan.rows_per_block;
-}
-
-// The register kernel of `vectors` 16-byte vectors per row: `kernels` holds its instantiations
-// for 1, 2, 4 and 8 vectors per thread (null where one is not built).
-template <typename P>
-inline void launch_registers(const char* op, const std::array<RowKernel<P>, 4>& kernels,
-                             int64_t vectors, P& p, cudaStream_t stream, int enable_pdl,
-                             int device) {
-  const Plan plan = plan_registers(vectors, p.rows, device);
-  const RowKernel<P> kernel = kernels[log2_exact(plan.vectors_per_thread)];
-  TVM_FFI_CHECK(kernel != nullptr, InternalError)
-      << op << ": no register kernel of " << plan.vectors_per_thread << " vectors per thread";
-  apply_plan(p, plan);
-  launch(op, kernel, plan, stream, enable_pdl, device, p);
-}
-
-// The loop kernel over `accesses` per row (16-byte vectors or single elements).
-template <typename P>
-inline void launch_loop(const char* op, RowKernel<P> kernel, int64_t accesses, P& p,
-                        cudaStream_t stream, int enable_pdl, int device) {
-  const Plan plan = plan_loop(accesses, p.rows, device);
-  apply_plan(p, plan);
-  launch(op, kernel, plan, stream, enable_pdl, device, p);
-}
-
-inline void check_eps(const char* op, double eps) {
-  TVM_FFI_CHECK(eps >= 0.0 && eps < 1e30, ValueError)
-      << op << ": eps must be a finite number >= 0, got " << eps;
+// Runs the op template `OpT<T, kN>` (constructed from `params`) over params.shape.rows rows of
+// params.shape.hidden elements: the register kernel when `vector` (16-byte vectors fit every row,
+// see kernels::vectors_fit) and the row fits the op's register budget, else the loop kernel over
+// vectors or, when !vector, elements.
+template <template <typename, int> class OpT, typename T, typename Params>
+inline void launch_rows(const kernels::Launch& ctx, const Params& params, bool vector) {
+  constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
+  using VecOp = OpT<T, kVec>;
+  const int64_t rows = params.shape.rows;
+  const int vectors = params.shape.hidden / kVec;
+  if (vector && vectors >= VecOp::kRegisterMinVectors &&
+      vectors <= int64_t{kMaxBlock} * VecOp::kMaxVectorsPerThread) {
+    const Plan plan = plan_registers(vectors, rows, ctx.device, VecOp::kMaxVectorsPerThread);
+    void (*kernel)(bool, VecOp) = nullptr;
+    switch (plan.vectors_per_thread) {
+      case 1:
+        if constexpr (VecOp::kRegisterMinVectors <= 4) kernel = row_registers<VecOp, 1>;
+        break;
+      case 2:
+        kernel = row_registers<VecOp, 2>;
+        break;
+      case 4:
+        kernel = row_registers<VecOp, 4>;
+        break;
+      case 8:
+        if constexpr (VecOp::kMaxVectorsPerThread >= 8) kernel = row_registers<VecOp, 8>;
+        break;
+    }
+    TVM_FFI_CHECK(kernel != nullptr, InternalError)
+        << ctx.op << ": no register kernel of " << plan.vectors_per_thread
+        << " vectors per thread";
+    return launch_plan(ctx, kernel, plan, VecOp{params});
+  }
+  if (vector) {
+    return launch_plan(ctx, row_loop<VecOp>, plan_loop(vectors, rows, ctx.device),
+                       VecOp{params});
+  }
+  using ScalarOp = OpT<T, 1>;
+  launch_plan(ctx, row_loop<ScalarOp>, plan_loop(params.shape.hidden, rows, ctx.device),
+              ScalarOp{params});
 }
 
 // Argument checks of the host entry points. Device checks come last, so that every other check
@@ -466,15 +438,24 @@ inline void check_rows(const char* op, const char* arg, const TensorView& t) {
       << op << ": " << arg << " has a last dim of " << t.size(-1) << " (at most 2^30)";
 }
 
+inline void check_vector_shape(const char* op, const char* arg, const TensorView& t, int64_t n,
+                               const char* like_name);
+
 // A 1-D [n] tensor with unit stride and the dtype of `like` (a weight or bias).
 inline void check_vector_arg(const char* op, const char* arg, const TensorView& t, int64_t n,
                              const char* like_name, const TensorView& like) {
+  check_vector_shape(op, arg, t, n, like_name);
+  kernels::check_same_dtype(op, arg, t, like_name, like);
+}
+
+// A 1-D [n] tensor with unit stride.
+inline void check_vector_shape(const char* op, const char* arg, const TensorView& t, int64_t n,
+                               const char* like_name) {
   TVM_FFI_CHECK(t.ndim() == 1 && t.size(0) == n, ValueError)
       << op << ": " << arg << " must have shape [" << n << "] (the last dim of " << like_name
       << "), got " << kernels::shape_string(t);
   TVM_FFI_CHECK(n <= 1 || t.stride(0) == 1, ValueError)
       << op << ": " << arg << " must be contiguous, got stride " << t.stride(0);
-  kernels::check_same_dtype(op, arg, t, like_name, like);
 }
 
 }  // namespace rowwise

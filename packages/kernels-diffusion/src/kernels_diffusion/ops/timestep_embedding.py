@@ -1,0 +1,98 @@
+"""diffusion.timestep_embedding: sinusoidal embedding of diffusion timesteps (diffusers).
+
+Backends: the pure-torch reference only (fp32 math, rounded once).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels_diffusion import reference
+from kernels_diffusion._checks import FLOATS, check_float
+from kernels_jit.dispatch import Op
+from kernels_jit.validation import check_tensor
+
+OP_ID = "diffusion.timestep_embedding"
+T_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64)
+
+
+def _timestep_embedding_torch(
+    out: torch.Tensor,
+    t: torch.Tensor,
+    dim: int,
+    flip_sin_to_cos: bool,
+    downscale_freq_shift: float,
+    scale: float,
+    max_period: float,
+) -> None:
+    out.copy_(
+        reference.timestep_embedding(
+            t, dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period, out.dtype
+        )
+    )
+
+
+TIMESTEP_EMBEDDING = Op(_timestep_embedding_torch, mutates=("out",), device="t")
+
+
+def timestep_embedding(
+    t: torch.Tensor,
+    dim: int,
+    *,
+    flip_sin_to_cos: bool = False,
+    downscale_freq_shift: float = 1.0,
+    scale: float = 1.0,
+    max_period: float = 10000.0,
+    out_dtype: torch.dtype = torch.float32,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """``[sin a, cos a]`` with ``a = scale * t * exp(-ln(max_period) * i / (dim // 2 - shift))``.
+
+    ``flip_sin_to_cos`` gives ``[cos a, sin a]``; an odd dim appends one zero column. Computed in
+    fp32. GLIDE/DiT use ``flip_sin_to_cos=True, downscale_freq_shift=0``; the defaults match
+    diffusers' ``get_timestep_embedding``.
+
+    Parameters
+    ----------
+    t : [N] timesteps (float or integer dtype; read in fp32).
+    dim : embedding width, >= 1.
+    out_dtype : float32 (default), float16 or bfloat16.
+
+    Returns
+    -------
+    [N, dim] in out_dtype.
+    """
+    check_tensor(OP_ID, "t", t, dtypes=T_DTYPES, ndim=1)
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"{OP_ID}: dim must be an int, got {type(dim).__name__}")
+    if dim < 1:
+        raise ValueError(f"{OP_ID}: dim must be >= 1, got {dim}")
+    shift = check_float(OP_ID, "downscale_freq_shift", downscale_freq_shift)
+    scale = check_float(OP_ID, "scale", scale)
+    max_period = check_float(OP_ID, "max_period", max_period)
+    if dim // 2 and dim // 2 == shift:
+        raise ValueError(
+            f"{OP_ID}: dim // 2 - downscale_freq_shift must not be 0 (it divides the exponent), "
+            f"got dim = {dim} and downscale_freq_shift = {shift}"
+        )
+    if max_period <= 0:
+        raise ValueError(f"{OP_ID}: max_period must be > 0, got {max_period}")
+    if out_dtype not in FLOATS:
+        raise TypeError(f"{OP_ID}: out_dtype must be float32, float16 or bfloat16, got {out_dtype}")
+    out = torch.empty(t.shape[0], dim, dtype=out_dtype, device=t.device)
+    if out.numel():
+        TIMESTEP_EMBEDDING.run(
+            out, t, dim, bool(flip_sin_to_cos), shift, scale, max_period, backend=backend
+        )
+    return out
+
+
+def _timestep_embedding_samples(device: torch.device) -> list[tuple[tuple, dict]]:
+    """Small random calls for ``kernels-ops check``: both layouts, an odd dim, bf16 output."""
+    g = torch.Generator().manual_seed(0)
+    t = torch.rand(7, generator=g) * 1000
+    return [
+        ((t.to(device), 256), {}),
+        ((t.to(device), 321), {"flip_sin_to_cos": True, "downscale_freq_shift": 0.0}),
+        ((t.to(device), 64), {"scale": 1000.0, "out_dtype": torch.bfloat16}),
+    ]

@@ -1,0 +1,114 @@
+"""gemm.fp8_scaled_mm: fp8 e4m3 ``a @ b`` with per-token / per-channel or per-tensor fp32 scales and
+an optional bias, bf16 or fp16 out (the W8A8 linear layer).
+
+Backends: the pure-torch reference only (fp32 accumulation).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels_gemm import reference
+from kernels_jit.dispatch import Op
+from kernels_jit.validation import check_same_device, check_tensor
+
+OP_ID = "gemm.fp8_scaled_mm"
+FP8 = torch.float8_e4m3fn
+OUT_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _fp8_scaled_mm_torch(
+    out: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> None:
+    out.copy_(reference.fp8_scaled_mm(a, b, scale_a, scale_b, out.dtype, bias))
+
+
+FP8_SCALED_MM = Op(_fp8_scaled_mm_torch, mutates=("out",), device="a")
+
+
+def _check_scale(arg: str, scale: torch.Tensor, allowed: tuple[tuple[int, ...], ...]) -> None:
+    check_tensor(OP_ID, arg, scale, dtypes=(torch.float32,))
+    if tuple(scale.shape) not in allowed:
+        shapes = " or ".join(str(list(s)) for s in allowed)
+        raise ValueError(f"{OP_ID}: {arg} must have shape {shapes}, got {list(scale.shape)}")
+
+
+def fp8_scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: torch.Tensor | None = None,
+    *,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """``out[m, n] = (sum_k a[m, k] * b[k, n]) * scale_a[m] * scale_b[n] + bias[n]`` with fp32
+    accumulation, rounded once to ``out_dtype``.
+
+    Parameters
+    ----------
+    a : [M, K] float8_e4m3fn, row-major (stride 1 along K).
+    b : [K, N] float8_e4m3fn, column-major (stride 1 along K): ``w.t()`` of a row-major [N, K]
+        weight.
+    scale_a : float32 [M, 1] (per token) or [1] (per tensor).
+    scale_b : float32 [N] or [1, N] (per channel) or [1] (per tensor).
+    out_dtype : torch.bfloat16 (default) or torch.float16.
+    bias : optional [N] of ``out_dtype``.
+    backend : force a backend by name instead of the best eligible one.
+    """
+    check_tensor(OP_ID, "a", a, dtypes=(FP8,), ndim=2)
+    check_tensor(OP_ID, "b", b, dtypes=(FP8,), ndim=2)
+    if a.shape[1] > 1 and a.stride(1) != 1:
+        raise ValueError(
+            f"{OP_ID}: a [M, K] must be row-major (stride 1 along K), got strides {a.stride()}"
+        )
+    if b.shape[0] > 1 and b.stride(0) != 1:
+        raise ValueError(
+            f"{OP_ID}: b [K, N] must be column-major (stride 1 along K; pass w.t() of a "
+            f"row-major [N, K] weight), got strides {b.stride()}"
+        )
+    m, k = a.shape
+    if b.shape[0] != k:
+        raise ValueError(
+            f"{OP_ID}: a [M, K] and b [K, N] must share K, got a {tuple(a.shape)} and "
+            f"b {tuple(b.shape)}"
+        )
+    n = b.shape[1]
+    _check_scale("scale_a", scale_a, ((m, 1), (1,)))
+    _check_scale("scale_b", scale_b, ((n,), (1, n), (1,)))
+    if out_dtype not in OUT_DTYPES:
+        raise TypeError(
+            f"{OP_ID}: out_dtype must be torch.bfloat16 or torch.float16, got {out_dtype}"
+        )
+    tensors = {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b}
+    if bias is not None:
+        check_tensor(OP_ID, "bias", bias, dtypes=(out_dtype,), ndim=1)
+        if bias.shape[0] != n:
+            raise ValueError(f"{OP_ID}: bias must have shape [{n}] (N), got {list(bias.shape)}")
+        tensors["bias"] = bias
+    check_same_device(OP_ID, **tensors)
+    out = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    if out.numel():
+        FP8_SCALED_MM.run(out, a, b, scale_a, scale_b, bias, backend=backend)
+    return out
+
+
+def _fp8_scaled_mm_samples(device: torch.device) -> list[tuple[tuple, dict]]:
+    """Small random calls: per-token x per-channel and per-tensor scales, bias, both out dtypes."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    cases: list[tuple[tuple, dict]] = []
+    for m, n, k in ((1, 64, 128), (7, 48, 96), (16, 256, 512)):
+        a = (torch.randn(m, k, generator=g) * 8).to(FP8).to(device)
+        b = (torch.randn(n, k, generator=g) * 8).to(FP8).to(device).t()
+        sa = torch.rand(m, 1, generator=g).add(0.01).mul(0.05).to(device)
+        sb = torch.rand(n, generator=g).add(0.01).mul(0.05).to(device)
+        cases.append(((a, b, sa, sb), {}))
+        bias = torch.randn(n, generator=g).to(torch.float16).to(device)
+        cases.append(((a, b, sa[:1, 0], sb[:1], torch.float16, bias), {}))
+    return cases

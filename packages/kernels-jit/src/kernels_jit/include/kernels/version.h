@@ -1,0 +1,24 @@
+// The API version of the kernels-jit C++ headers. Group packages are versioned separately from
+// kernels-jit and compile their sources against whichever headers are installed, so every source
+// states the version it needs:
+//
+//   #include <kernels/version.h>
+//   KERNELS_REQUIRE_HEADERS_API(2);
+//
+// and fails to compile, with a message naming both versions, against older headers.
+//
+// History: 1: the first released headers. 2: one pack type (kernels::Pack), the row engine with
+// op structs (rowwise.cuh), kernels::Launch and checked launches, kernels/tensor.h.
+#pragma once
+
+#define KERNELS_HEADERS_API 2
+
+#define KERNELS_STRINGIFY_(x) #x
+#define KERNELS_STRINGIFY(x) KERNELS_STRINGIFY_(x)
+
+// At namespace scope, once per source file.
+#define KERNELS_REQUIRE_HEADERS_API(version)                                                   \
+  static_assert(KERNELS_HEADERS_API >= (version),                                           \
+                "this source needs the kernels-jit C++ headers API " #version                \
+                " or newer, but the installed kernels-jit provides API " KERNELS_STRINGIFY(  \
+                    KERNELS_HEADERS_API) ": upgrade kernels-jit")

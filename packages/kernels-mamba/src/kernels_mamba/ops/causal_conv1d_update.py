@@ -1,0 +1,117 @@
+"""mamba.causal_conv1d_update: one decode step of the causal conv1d, state updated in place.
+
+The only backend for now is the pure-torch reference (fp32 math, rounded once).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels_jit.dispatch import Op
+from kernels_jit.validation import check_tensor
+from kernels_mamba import reference
+from kernels_mamba._checks import (
+    FLOATS,
+    check_activation,
+    check_conv_weight,
+    check_int,
+    check_vector,
+)
+
+OP_ID = "mamba.causal_conv1d_update"
+
+
+def _causal_conv1d_update_torch(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    activation: str | None,
+    cache_seqlens: torch.Tensor | None,
+    conv_state_indices: torch.Tensor | None,
+    pad_slot_id: int,
+) -> None:
+    reference.causal_conv1d_update(
+        x, conv_state, weight, bias, activation, cache_seqlens, conv_state_indices, pad_slot_id
+    )
+
+
+CAUSAL_CONV1D_UPDATE = Op(_causal_conv1d_update_torch, mutates=("x", "conv_state"), device="x")
+
+
+def causal_conv1d_update(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    *,
+    cache_seqlens: torch.Tensor | None = None,
+    conv_state_indices: torch.Tensor | None = None,
+    pad_slot_id: int = -1,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Decode-step causal conv1d: for row b with state row c (``conv_state_indices[b]`` or b),
+    ``xx = concat(conv_state[c], x_b)``, ``conv_state[c] = xx[:, -Ls:]``, and the output
+    ``act(conv(xx))[:, -L:]`` overwrites x (returned). With cache_seqlens the state is a circular
+    buffer: the window ends at ``cache_seqlens[b] % Ls`` and x is written there. L > 1 is
+    speculative decoding. Rows whose index equals pad_slot_id are untouched.
+
+    Parameters
+    ----------
+    x : [B, D] or [B, D, L] float32, float16 or bfloat16, overwritten.
+    conv_state : [S, D, Ls] with Ls >= W-1, updated in place.
+    weight : [D, W], W in {2, 3, 4}. bias : [D] or None. activation : "silu"/"swish" or None.
+    cache_seqlens : optional int32 [B] (circular state; keep L <= Ls).
+    conv_state_indices : optional int32 [B] state rows, or pad_slot_id to skip.
+    """
+    check_tensor(OP_ID, "x", x, dtypes=FLOATS, ndim=(2, 3))
+    device = x.device
+    batch, dim = x.shape[:2]
+    width = check_conv_weight(OP_ID, weight, bias, dim, device)
+    check_tensor(OP_ID, "conv_state", conv_state, dtypes=FLOATS, ndim=3, device=device)
+    if conv_state.shape[1] != dim or conv_state.shape[2] < width - 1:
+        raise ValueError(
+            f"{OP_ID}: conv_state must have shape [S, D, Ls] = [S, {dim}, >= {width - 1}], "
+            f"got {tuple(conv_state.shape)}"
+        )
+    if conv_state_indices is None and conv_state.shape[0] < batch:
+        raise ValueError(
+            f"{OP_ID}: without conv_state_indices conv_state needs >= B = {batch} rows, "
+            f"got {conv_state.shape[0]}"
+        )
+    check_vector(OP_ID, "cache_seqlens", cache_seqlens, batch, device)
+    check_vector(OP_ID, "conv_state_indices", conv_state_indices, batch, device)
+    check_activation(OP_ID, activation)
+    check_int(OP_ID, "pad_slot_id", pad_slot_id)
+    if x.numel():
+        CAUSAL_CONV1D_UPDATE.run(
+            x,
+            conv_state,
+            weight,
+            bias,
+            activation,
+            cache_seqlens,
+            conv_state_indices,
+            pad_slot_id,
+            backend=backend,
+        )
+    return x
+
+
+def _causal_conv1d_update_samples(device: torch.device) -> list[tuple[tuple, dict]]:
+    """Small random calls for ``kernels-ops check``: shifted and circular states, L = 3."""
+    g = torch.Generator().manual_seed(0)
+    dim, width = 16, 4
+    weight = torch.randn(dim, width, generator=g).to(device)
+    bias = torch.randn(dim, generator=g).to(device)
+    x = torch.randn(3, dim, generator=g).to(device)
+    state = torch.randn(5, dim, 3, generator=g).to(device)
+    idx = torch.tensor([4, -1, 0], dtype=torch.int32, device=device)
+    spec = torch.randn(2, dim, 3, generator=g).to(device)
+    ring = torch.randn(2, dim, 6, generator=g).to(device)
+    seqlens = torch.tensor([2, 9], dtype=torch.int32, device=device)
+    return [
+        ((x, state, weight, bias, "silu"), {"conv_state_indices": idx}),
+        ((spec, ring, weight, bias, None), {"cache_seqlens": seqlens}),
+    ]

@@ -1,0 +1,73 @@
+"""memory.alloc_decode: one new KV slot per request for a decode step, from a paged free list.
+
+The only backend for now is the pure-torch reference (exact int64 index math).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels_jit.dispatch import Op
+from kernels_memory import reference
+from kernels_memory._checks import check_index_vector, check_page_size
+
+OP_ID = "memory.alloc_decode"
+
+
+def _alloc_decode_torch(
+    out: torch.Tensor,
+    seq_lens: torch.Tensor,
+    last_loc: torch.Tensor,
+    free_pages: torch.Tensor,
+    page_size: int,
+) -> None:
+    out.copy_(reference.alloc_decode(seq_lens, last_loc, free_pages, page_size))
+
+
+ALLOC_DECODE = Op(_alloc_decode_torch, mutates=("out",), device="seq_lens")
+
+
+def alloc_decode(
+    seq_lens: torch.Tensor,
+    last_loc: torch.Tensor,
+    free_pages: torch.Tensor,
+    page_size: int,
+    *,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """The slot of each request's new token: ``last_loc + 1`` when ``(seq_len - 1) % page_size``
+    is nonzero (the last page has room), else ``free_pages[rank] * page_size`` where rank is the
+    request's position among the requests that need a page. The caller then drops that many pages
+    from its free list.
+
+    Parameters
+    ----------
+    seq_lens : [B] int64 (or int32), lengths after appending the new token (>= 1).
+    last_loc : [B] int64 (or int32), slot of each request's current last token (get_last_loc).
+    free_pages : [F] int64 (or int32) free page ids, taken in order.
+    page_size : slots per page, >= 1.
+
+    Returns
+    -------
+    out [B] int64.
+    """
+    device = seq_lens.device if isinstance(seq_lens, torch.Tensor) else None
+    check_index_vector(OP_ID, "seq_lens", seq_lens, None, device)
+    check_index_vector(OP_ID, "last_loc", last_loc, seq_lens.shape[0], device)
+    check_index_vector(OP_ID, "free_pages", free_pages, None, device)
+    check_page_size(OP_ID, page_size)
+    out = torch.empty(seq_lens.shape[0], dtype=torch.int64, device=device)
+    if out.numel():
+        ALLOC_DECODE.run(out, seq_lens, last_loc, free_pages, page_size, backend=backend)
+    return out
+
+
+def _alloc_decode_samples(device: torch.device) -> list[tuple[tuple, dict]]:
+    """Small random calls for ``kernels-ops check``: requests that do and do not cross a page."""
+    seq = torch.tensor([1, 17, 18, 32, 33, 5], dtype=torch.int64)
+    last = torch.tensor([-1, 255, 80, 94, 127, 3], dtype=torch.int64)
+    free = torch.tensor([9, 4, 11, 2], dtype=torch.int64)
+    return [
+        ((seq.to(device), last.to(device), free.to(device), 16), {}),
+        ((seq.to(device), last.to(device), torch.arange(10, device=device), 1), {}),
+    ]

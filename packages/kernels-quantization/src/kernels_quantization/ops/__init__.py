@@ -1,0 +1,1 @@
+"""The op files of kernels-quantization: FP8/INT8 quantization, the Hadamard rotation."""

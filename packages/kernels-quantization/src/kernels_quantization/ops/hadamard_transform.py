@@ -1,0 +1,68 @@
+"""quantization.hadamard_transform: the (unnormalised) Walsh-Hadamard transform along the last dim,
+times ``scale``; the rotation primitive of Hadamard-rotated quantization (QuaRot, SpinQuant)."""
+
+from __future__ import annotations
+
+import torch
+
+from kernels_jit.dispatch import Op
+from kernels_jit.validation import check_tensor
+from kernels_quantization import reference
+from kernels_quantization._checks import ACTIVATION_DTYPES
+
+OP_ID = "quantization.hadamard_transform"
+
+
+def _hadamard_transform_torch(out: torch.Tensor, x: torch.Tensor, scale: float) -> None:
+    out.copy_(reference.hadamard_transform(x, scale))
+
+
+HADAMARD_TRANSFORM = Op(_hadamard_transform_torch, mutates=("out",), device="x")
+
+
+def hadamard_transform(
+    x: torch.Tensor, scale: float = 1.0, *, backend: str | None = None
+) -> torch.Tensor:
+    """``y = scale * (pad0(x, N) @ H_N)[..., :D]``, ``N = next_pow2(D)``, with the Sylvester
+    matrix ``H_N[i, j] = (-1)^popcount(i & j)`` (fp32 accumulation, rounded once).
+
+    ``scale = N ** -0.5`` gives the orthonormal transform; the default 1.0 matches
+    Dao-AILab/fast-hadamard-transform, so callers pass the scale they want.
+
+    Parameters
+    ----------
+    x : [..., D] float16, bfloat16 or float32, D <= 32768; last dim contiguous.
+    scale : a Python float multiplied into the result.
+    backend : force a backend by name instead of the best eligible one.
+
+    Returns
+    -------
+    y : the shape and dtype of x (contiguous).
+    """
+    check_tensor(OP_ID, "x", x, dtypes=ACTIVATION_DTYPES, last_dim_contiguous=True)
+    if x.dim() == 0:
+        raise ValueError(f"{OP_ID}: x must have at least 1 dim [..., D], got a 0-dim tensor")
+    d = x.shape[-1]
+    if reference.next_power_of_two(d) > reference.MAX_HADAMARD_DIM:
+        raise ValueError(
+            f"{OP_ID}: the last dim of x pads to {reference.next_power_of_two(d)} > "
+            f"{reference.MAX_HADAMARD_DIM} (the largest supported transform), got D = {d}"
+        )
+    if isinstance(scale, torch.Tensor) or not isinstance(scale, (int, float)):
+        raise TypeError(f"{OP_ID}: scale must be a Python float, got {type(scale).__name__}")
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if out.numel():
+        HADAMARD_TRANSFORM.run(out, x, float(scale), backend=backend)
+    return out
+
+
+def _hadamard_transform_samples(device: torch.device) -> list[tuple[tuple, dict]]:
+    """Small random calls: every dtype, a power of two, a padded width, orthonormal scale."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    cases: list[tuple[tuple, dict]] = []
+    for dtype in ACTIVATION_DTYPES:
+        for d in (128, 100):
+            x = torch.randn(3, 5, d, generator=g).to(dtype).to(device)
+            cases.append(((x, reference.next_power_of_two(d) ** -0.5), {}))
+    cases.append(((torch.randn(4, 1, generator=g).to(device),), {}))
+    return cases

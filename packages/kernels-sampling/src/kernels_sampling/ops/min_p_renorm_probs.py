@@ -1,0 +1,54 @@
+"""sampling.min_p_renorm_probs: keep the tokens with ``p >= min_p * max(p)``, renormalise.
+
+The only backend for now is the pure-torch reference (fp32, sort based).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels_jit.dispatch import Op
+from kernels_sampling import reference
+from kernels_sampling._common import check_rows, row_param
+
+OP_ID = "sampling.min_p_renorm_probs"
+
+
+def _min_p_renorm_probs_torch(
+    out: torch.Tensor, probs: torch.Tensor, min_p_arr: torch.Tensor | None, min_p_val: float
+) -> None:
+    out.copy_(reference.min_p_renorm_probs(probs, min_p_val if min_p_arr is None else min_p_arr))
+
+
+MIN_P_RENORM_PROBS = Op(_min_p_renorm_probs_torch, mutates=("out",), device="probs")
+
+
+def min_p_renorm_probs(
+    probs: torch.Tensor, min_p: float | torch.Tensor, *, backend: str | None = None
+) -> torch.Tensor:
+    """Keep i iff ``p_i >= min_p * max(p)`` (fp32), zero the rest and renormalise.
+
+    Parameters
+    ----------
+    probs : [B, V] float32, float16 or bfloat16; the output keeps the dtype.
+    min_p : float, or float32 [B] per row; 0 keeps the row, 1 keeps the argmax set.
+    backend : force a backend instead of the best eligible one.
+    """
+    check_rows(OP_ID, "probs", probs)
+    arr, val = row_param(OP_ID, "min_p", min_p, probs.shape[0], probs.device, integral=False)
+    out = torch.empty_like(probs, memory_format=torch.contiguous_format)
+    if probs.numel():
+        MIN_P_RENORM_PROBS.run(out, probs, arr, float(val), backend=backend)
+    return out
+
+
+def _min_p_renorm_probs_samples(device: torch.device) -> list[tuple[tuple, dict]]:
+    """Small random calls for ``kernels-ops check``."""
+    g = torch.Generator().manual_seed(2)
+    probs = (torch.randn(3, 129, generator=g) * 2).softmax(dim=1)
+    mps = torch.tensor([0.0, 0.05, 1.0])
+    return [
+        ((probs.to(device), 0.1), {}),
+        ((probs.to(device), mps.to(device)), {}),
+        ((probs.to(device=device, dtype=torch.bfloat16), 0.2), {}),
+    ]

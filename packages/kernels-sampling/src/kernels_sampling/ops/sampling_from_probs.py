@@ -1,0 +1,94 @@
+"""sampling.sampling_from_probs: one seeded, reproducible draw per row (inverse CDF).
+
+The only backend for now is the pure-torch reference (fp32, sort based).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels_jit.dispatch import Op
+from kernels_jit.validation import check_tensor
+from kernels_sampling import reference
+from kernels_sampling._common import INDEX_DTYPES, check_rows, seed_offset
+
+OP_ID = "sampling.sampling_from_probs"
+
+
+def _sampling_from_probs_torch(
+    samples: torch.Tensor,
+    valid: torch.Tensor,
+    probs: torch.Tensor,
+    indices: torch.Tensor | None,
+    seed: torch.Tensor,
+    offset: torch.Tensor,
+    deterministic: bool,
+) -> None:
+    drawn, ok = reference.sampling_from_probs(
+        probs, indices=indices, seed=seed, offset=offset, return_valid=True
+    )
+    samples.copy_(drawn)
+    valid.copy_(ok)
+
+
+SAMPLING_FROM_PROBS = Op(_sampling_from_probs_torch, mutates=("samples", "valid"), device="probs")
+
+
+def sampling_from_probs(
+    probs: torch.Tensor,
+    *,
+    indices: torch.Tensor | None = None,
+    seed: int | torch.Tensor | None = None,
+    offset: int | torch.Tensor | None = None,
+    deterministic: bool = True,
+    return_valid: bool = False,
+    backend: str | None = None,
+):
+    """Sample one token per output row i: the smallest j with ``cumsum(p)_j > u * sum(p)``,
+    ``u = U(seed, offset, i, 0)`` (the project RNG, bit-identical in every backend).
+
+    Parameters
+    ----------
+    probs : [B, V] float32 (fp16/bf16 accepted, read in fp32); rows need not be normalised.
+    indices : optional int32/int64 [B']; output i samples row ``indices[i]`` (rows may repeat) and
+        the samples take the dtype of ``indices``.
+    seed, offset : ints, or int64 tensors of shape [1] or [B'] (per output row; tensors are needed
+        under CUDA graphs). ``seed=None`` draws a seed from torch's generator of the device.
+    deterministic : accepted for FlashInfer compatibility; every backend is deterministic.
+    return_valid : also return valid [B'] bool (False where the row's sum is 0 or NaN; sample 0).
+
+    Returns
+    -------
+    samples [B'] int32 (or the dtype of ``indices``), and ``valid`` when ``return_valid``.
+    """
+    check_rows(OP_ID, "probs", probs)
+    rows = probs.shape[0]
+    out_dtype = torch.int32
+    if indices is not None:
+        check_tensor(OP_ID, "indices", indices, dtypes=INDEX_DTYPES, ndim=1, device=probs.device)
+        rows, out_dtype = indices.shape[0], indices.dtype
+    if not isinstance(deterministic, bool):
+        raise TypeError(
+            f"{OP_ID}: deterministic must be a bool, got {type(deterministic).__name__}"
+        )
+    seed_t, offset_t = seed_offset(OP_ID, seed, offset, rows, probs.device)
+    samples = torch.empty(rows, dtype=out_dtype, device=probs.device)
+    valid = torch.empty(rows, dtype=torch.bool, device=probs.device)
+    if rows:
+        SAMPLING_FROM_PROBS.run(
+            samples, valid, probs, indices, seed_t, offset_t, deterministic, backend=backend
+        )
+    return (samples, valid) if return_valid else samples
+
+
+def _sampling_from_probs_samples(device: torch.device) -> list[tuple[tuple, dict]]:
+    """Small random calls for ``kernels-ops check``: seeds as ints and per-row tensors, indices."""
+    g = torch.Generator().manual_seed(4)
+    probs = (torch.randn(6, 1000, generator=g) * 2).softmax(dim=1).to(device)
+    seeds = torch.arange(6, dtype=torch.int64, device=device) * 7919
+    idx = torch.tensor([0, 0, 5, 3], dtype=torch.int64, device=device)
+    return [
+        ((probs,), {"seed": 42, "offset": 3}),
+        ((probs,), {"seed": seeds, "offset": 0, "return_valid": True}),
+        ((probs,), {"indices": idx, "seed": 1}),
+    ]

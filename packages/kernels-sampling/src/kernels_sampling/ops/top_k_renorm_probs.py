@@ -1,0 +1,57 @@
+"""sampling.top_k_renorm_probs: keep each row's top-k values (ties kept together), renormalise.
+
+The only backend for now is the pure-torch reference (fp32, sort based).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels_jit.dispatch import Op
+from kernels_sampling import reference
+from kernels_sampling._common import check_rows, row_param
+
+OP_ID = "sampling.top_k_renorm_probs"
+
+
+def _top_k_renorm_probs_torch(
+    out: torch.Tensor, probs: torch.Tensor, top_k_arr: torch.Tensor | None, top_k_val: int
+) -> None:
+    out.copy_(reference.top_k_renorm_probs(probs, top_k_val if top_k_arr is None else top_k_arr))
+
+
+TOP_K_RENORM_PROBS = Op(_top_k_renorm_probs_torch, mutates=("out",), device="probs")
+
+
+def top_k_renorm_probs(
+    probs: torch.Tensor, top_k: int | torch.Tensor, *, backend: str | None = None
+) -> torch.Tensor:
+    """Zero all but each row's top-k probabilities and divide the kept by their sum.
+
+    Token i is kept iff fewer than k values of its row are strictly greater (``p_i >=`` the k-th
+    largest), so tied values are kept together; a kept sum below 1e-8 gives a zero row.
+
+    Parameters
+    ----------
+    probs : [B, V] float32, float16 or bfloat16; the output keeps the dtype.
+    top_k : int, or int32/int64 [B] per row; k <= 0 or k >= V keeps the whole row.
+    backend : force a backend instead of the best eligible one.
+    """
+    check_rows(OP_ID, "probs", probs)
+    arr, val = row_param(OP_ID, "top_k", top_k, probs.shape[0], probs.device, integral=True)
+    out = torch.empty_like(probs, memory_format=torch.contiguous_format)
+    if probs.numel():
+        TOP_K_RENORM_PROBS.run(out, probs, arr, int(val), backend=backend)
+    return out
+
+
+def _top_k_renorm_probs_samples(device: torch.device) -> list[tuple[tuple, dict]]:
+    """Small random calls for ``kernels-ops check``: scalar and per-row k, odd vocab, half dtype."""
+    g = torch.Generator().manual_seed(0)
+    probs = torch.rand(5, 333, generator=g).softmax(dim=1)
+    ks = torch.tensor([1, 7, 0, 333, 50], dtype=torch.int32)
+    return [
+        ((probs.to(device), 20), {}),
+        ((probs.to(device), ks.to(device)), {}),
+        ((probs.to(device=device, dtype=torch.bfloat16), 3), {}),
+    ]

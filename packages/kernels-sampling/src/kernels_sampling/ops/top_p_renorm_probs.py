@@ -1,0 +1,54 @@
+"""sampling.top_p_renorm_probs: keep the tokens whose strictly-greater mass is below top_p.
+
+The only backend for now is the pure-torch reference (fp32, sort based).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels_jit.dispatch import Op
+from kernels_sampling import reference
+from kernels_sampling._common import check_rows, row_param
+
+OP_ID = "sampling.top_p_renorm_probs"
+
+
+def _top_p_renorm_probs_torch(
+    out: torch.Tensor, probs: torch.Tensor, top_p_arr: torch.Tensor | None, top_p_val: float
+) -> None:
+    out.copy_(reference.top_p_renorm_probs(probs, top_p_val if top_p_arr is None else top_p_arr))
+
+
+TOP_P_RENORM_PROBS = Op(_top_p_renorm_probs_torch, mutates=("out",), device="probs")
+
+
+def top_p_renorm_probs(
+    probs: torch.Tensor, top_p: float | torch.Tensor, *, backend: str | None = None
+) -> torch.Tensor:
+    """Nucleus filter: keep i iff ``sum{p_j : p_j > p_i} < top_p``, then renormalise.
+
+    Parameters
+    ----------
+    probs : [B, V] float32, float16 or bfloat16 (rows summing to 1); the output keeps the dtype.
+    top_p : float, or float32 [B] per row; >= 1 keeps the row, <= 0 keeps only the argmax set.
+    backend : force a backend instead of the best eligible one.
+    """
+    check_rows(OP_ID, "probs", probs)
+    arr, val = row_param(OP_ID, "top_p", top_p, probs.shape[0], probs.device, integral=False)
+    out = torch.empty_like(probs, memory_format=torch.contiguous_format)
+    if probs.numel():
+        TOP_P_RENORM_PROBS.run(out, probs, arr, float(val), backend=backend)
+    return out
+
+
+def _top_p_renorm_probs_samples(device: torch.device) -> list[tuple[tuple, dict]]:
+    """Small random calls for ``kernels-ops check``: scalar and per-row p, odd vocab, half dtype."""
+    g = torch.Generator().manual_seed(1)
+    probs = (torch.randn(4, 257, generator=g) * 3).softmax(dim=1)
+    ps = torch.tensor([0.1, 0.5, 0.95, 1.0])
+    return [
+        ((probs.to(device), 0.9), {}),
+        ((probs.to(device), ps.to(device)), {}),
+        ((probs.to(device=device, dtype=torch.float16), 0.5), {}),
+    ]

@@ -1,0 +1,1 @@
+"""The op files of kernels-speculative: one per op (draft verification, mask bit packing)."""
