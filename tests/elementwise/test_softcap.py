@@ -157,3 +157,21 @@ def test_cuda_torch_compile_fullgraph():
 def test_cuda_opcheck():
     x = randn(16, 128, dtype=torch.bfloat16, device="cuda", scale=40.0)
     torch.library.opcheck(SOFTCAP.torch_op, (torch.empty_like(x), x, 30.0, None))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_cuda_small_arguments_round_once(dtype):
+    """Near |x| = 1e-4, cap * tanh(x / cap) ~ x: the fp32 result rounded once equals the
+    oracle's rounding exactly (a tanh through exp lost up to 4 bf16 ulps there)."""
+    x = (
+        torch.logspace(-8, 0, 4099, device="cuda")
+        * torch.tensor([1.0, -1.0], device="cuda")[torch.arange(4099, device="cuda") % 2]
+    )
+    x = x.to(dtype)
+    for cap in CAPS:
+        got = softcap(x, cap, backend="cuda")
+        want = oracle(x, cap, dtype)
+        ulps = (got.double() - want.double()).abs() / want.double().abs().clamp_min(1e-30)
+        eps = torch.finfo(dtype).eps
+        assert float(ulps.max()) <= eps, f"cap={cap}: {float(ulps.max()) / eps:.2f} ulps"

@@ -166,7 +166,7 @@ def test_bad_input_errors_on_gpu():
         layernorm(x, w, torch.zeros(65, device="cuda"))
     with pytest.raises(ValueError, match="bias and input must be on the same device"):
         layernorm(x, w, torch.zeros(64))
-    with pytest.raises(TypeError, match="bias and input must have the same dtype"):
+    with pytest.raises(TypeError, match="bias and weight must have the same dtype"):
         layernorm(x, w, torch.zeros(64, device="cuda", dtype=torch.float16))
 
 
@@ -184,3 +184,24 @@ def test_compiled_function_validates_its_arguments():
         raw(torch.empty_like(x), x, w, None, float("inf"), -1)
     with pytest.raises(ValueError, match="wrong device type"):  # a None bias is accepted
         raw(torch.empty_like(x), x, w, None, 1e-5, -1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("hidden", (127, 4096, 16400, 32768))
+def test_fp32_weight_and_bias_with_half_input(device, dtype, hidden):
+    """FlashInfer's callers pass fp32 norm parameters with fp16/bf16 activations."""
+    if device == "cpu" and hidden > 4096:
+        pytest.skip("the CPU reference is the same code at every width")
+    x = _rand(5, hidden, dtype=dtype, device=device, seed=hidden, offset=2.0)
+    w = _rand(hidden, device=device, seed=3, scale=0.25, offset=1.0)
+    b = _rand(hidden, device=device, seed=4, scale=0.5)
+    expected = reference.layernorm(x, w, b, 1e-5)
+    for backend in BACKENDS[device]:
+        for bias in (b, None):
+            out = poison(torch.empty_like(x))
+            layernorm(x, w, bias, 1e-5, out=out, backend=backend)
+            assert_close(out, reference.layernorm(x, w, bias, 1e-5), name=f"{backend} {hidden}")
+    assert_close(layernorm(x, w, b), expected)
+    with pytest.raises(TypeError, match="bias must have the dtype of weight|bias and weight"):
+        layernorm(x, w, b.to(dtype))

@@ -417,3 +417,21 @@ def test_compiled_functions_validate_their_arguments():
         module.rmsnorm(torch.empty_like(mergeable), mergeable, w, 1e-6, -1)
     with pytest.raises(ValueError, match="wrong device type"):  # everything else was valid
         module.fused_add_rmsnorm(x, x.clone(), w, 1e-6, -1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_add_rejects_overlapping_input_and_residual(device):
+    buffer = torch.randn(8, 256, device=device)
+    w = torch.ones(128, device=device)
+    for op in (fused_add_rmsnorm, gemma_fused_add_rmsnorm):
+        with pytest.raises(ValueError, match="input and residual must not overlap"):
+            op(buffer[:, :128], buffer[:, 64:192], w)
+        with pytest.raises(ValueError, match="input and residual must not overlap"):
+            x = buffer[:4, :128]
+            op(x, x, w)
+    # Two column halves of one buffer do not overlap: allowed.
+    x, r = buffer[:, :128], buffer[:, 128:]
+    expected, s = reference.fused_add_rmsnorm(x.clone(), r.clone(), w)
+    fused_add_rmsnorm(x, r, w)
+    assert_close(x, expected)
+    assert_close(r, s)
