@@ -42,6 +42,14 @@ def _dir_size(path: Path) -> tuple[int, int]:
     return files, size
 
 
+def _checked_backend_override() -> str:
+    """The raw KERNELS_BACKEND, after checking its entries against the registry."""
+    from kernels_jit.registry import backend_overrides
+
+    backend_overrides()
+    return settings.backend_override()
+
+
 def _setting(read: Callable[[], Any]) -> str:
     """A setting's value, or the error its bad value raises (the message names the variable)."""
     try:
@@ -115,7 +123,7 @@ def report(groups: list[str] | None = None, *, umbrella: bool = False) -> dict[s
     cache["KERNELS_NO_JIT"] = _setting(settings.no_jit)
     cache["max jobs"] = _setting(settings.max_jobs)
     cache["build timeout"] = _setting(settings.build_timeout)
-    cache["KERNELS_BACKEND"] = _setting(settings.backend_override) or "(unset)"
+    cache["KERNELS_BACKEND"] = _setting(_checked_backend_override) or "(unset)"
     if hasattr(settings, "strict"):
         cache["KERNELS_STRICT"] = _setting(settings.strict)
 

@@ -321,3 +321,24 @@ def lazy_ops(package: str, ops: tuple[OpSpec, ...], extras: dict[str, str] | Non
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def backend_overrides() -> tuple[str | None, dict[str, str]]:
+    """``KERNELS_BACKEND`` parsed and checked against the registry: (backend for every op or
+    None, {op id: backend}). An unknown op or backend is a ValueError naming the variable and
+    the entry. Imports group packages (metadata only), never torch."""
+    from kernels_jit import settings
+
+    every, per_op = settings.backend_overrides()
+    for op_id, backend in per_op.items():
+        try:
+            spec = get(op_id)
+        except KeyError as exc:
+            raise ValueError(f"KERNELS_BACKEND: entry {op_id}={backend}: {exc.args[0]}") from None
+        names = [b.name for b in spec.backends]
+        if backend not in names:
+            raise ValueError(
+                f"KERNELS_BACKEND: entry {op_id}={backend}: {op_id} has no backend "
+                f"{backend!r}; it has {', '.join(names)}"
+            )
+    return every, per_op
