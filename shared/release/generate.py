@@ -3,6 +3,26 @@ template, and the README's generated tables; ``--check`` fails on drift.
 
 Run ``python -m shared.release.generate`` after adding a group, changing a description, or bumping
 a version; CI runs it with ``--check`` and prints this command when a file is stale.
+
+New ops and groups are stamped from the templates in ``shared/release/templates/`` (see
+``shared/release/stamp.py``), then the generation above reruns::
+
+    python -m shared.release.generate new-op <group> <name> [--cuda]
+        [--dtypes float32,float16,bfloat16] [--description TEXT]
+    python -m shared.release.generate new-group <group> "<summary>" --first-op <name> [--cuda]
+        [--dtypes ...] [--description TEXT]
+
+``new-op`` writes the op file ``packages/kernels-<group>/src/kernels_<group>/ops/<name>.py``, its
+CUDA source ``csrc/<name>.cuh`` (with ``--cuda``: the pointwise engine), the reference
+``reference.<name>`` (appended), ``tests/<group>/test_<name>.py``, the ``<name>_cases`` function
+of the bench suite ``shared/bench/suites/<group>.py`` (the suite itself if missing), the one-line
+``op(...)`` in the group's ``register_group`` call and ``__all__``, and with ``--cuda`` the
+module in the group's build test (``tests/<group>/test_<group>_builds.py`` if it has none). The
+stamped op is a real unary pointwise op, the identity copy ``out = x``, that passes its stamped
+tests as it is; its TODO comments say what to replace. ``new-group`` writes a whole package (the
+group in ``GROUP_SUMMARIES`` of ``kernels_jit/registry.py``, README, CHANGELOG, ``__init__``,
+``version.py``, ``reference.py``, ``ops/``), ``tests/<group>/``, the bench suite, and its first
+op as ``new-op`` does. Neither overwrites a file, nor redefines an op or a group.
 """
 
 from __future__ import annotations
@@ -284,7 +304,28 @@ def expected_files() -> dict[Path, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if a generated file is stale")
+    commands = parser.add_subparsers(dest="command", metavar="{new-op,new-group}")
+    new_op = commands.add_parser("new-op", help="stamp a new op of a group from the templates")
+    new_op.add_argument("group")
+    new_op.add_argument("name")
+    new_group = commands.add_parser("new-group", help="stamp a new group and its first op")
+    new_group.add_argument("group")
+    new_group.add_argument("summary", help="what the group holds (its distribution's summary)")
+    new_group.add_argument("--first-op", required=True, metavar="NAME")
+    for command in (new_op, new_group):
+        command.add_argument("--cuda", action="store_true", help="a CUDA backend too")
+        command.add_argument("--dtypes", default="float32,float16,bfloat16")
+        command.add_argument("--description", help="what the op computes (README op table)")
     args = parser.parse_args(argv)
+    if args.command is not None:
+        if args.check:
+            parser.error("--check takes no command")
+        from shared.release import stamp
+
+        options = {"cuda": args.cuda, "dtypes": args.dtypes, "description": args.description}
+        if args.command == "new-op":
+            return stamp.new_op(args.group, args.name, **options)
+        return stamp.new_group(args.group, args.summary, first_op=args.first_op, **options)
     stale = []
     for path, text in expected_files().items():
         current = path.read_text() if path.exists() else None
