@@ -160,10 +160,11 @@ def test_cuda_opcheck():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
 def test_cuda_small_arguments_round_once(dtype):
-    """Near |x| = 1e-4, cap * tanh(x / cap) ~ x: the fp32 result rounded once equals the
-    oracle's rounding exactly (a tanh through exp lost up to 4 bf16 ulps there)."""
+    """Near |x| = 1e-4, cap * tanh(x / cap) ~ x: the fp32 result rounded once to fp16/bf16 is
+    within an ulp of the float64 oracle (a tanh through exp lost up to 4 bf16 ulps there); fp32
+    output carries fp32 arithmetic's own few-ulp error."""
     x = (
         torch.logspace(-8, 0, 4099, device="cuda")
         * torch.tensor([1.0, -1.0], device="cuda")[torch.arange(4099, device="cuda") % 2]

@@ -429,8 +429,10 @@ def test_fused_add_rejects_overlapping_input_and_residual(device):
         with pytest.raises(ValueError, match="input and residual must not overlap"):
             x = buffer[:4, :128]
             op(x, x, w)
-    # Two column halves of one buffer do not overlap: allowed.
-    x, r = buffer[:, :128], buffer[:, 128:]
+        # Spans are compared (as in C++): column halves of one buffer are rejected too.
+        with pytest.raises(ValueError, match="input and residual must not overlap"):
+            op(buffer[:, :128], buffer[:, 128:], w)
+    x, r = torch.randn(4, 128, device=device), torch.randn(4, 128, device=device)
     expected, s = reference.fused_add_rmsnorm(x.clone(), r.clone(), w)
     fused_add_rmsnorm(x, r, w)
     assert_close(x, expected)
