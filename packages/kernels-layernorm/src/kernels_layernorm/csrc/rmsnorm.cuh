@@ -68,18 +68,9 @@ struct RmsNorm : Params, rowwise::RowOp {
   __device__ __forceinline__ void load_input(const Row& row, int i, Pack& x) const {
     x.load_stream(row.in + i * kN);
   }
-  // Weights in a first sweep over the row, residuals (fused ops) in a second.
-  static constexpr int kLoadSweeps = kFused ? 2 : 1;
   __device__ __forceinline__ void load(const Row& row, int i, Regs& g, bool) const {
     g.w.load_cached(row.weight + i * kN);
-  }
-  __device__ __forceinline__ void load_sweep(int sweep, const Row& row, int i, Regs& g,
-                                             bool late) const {
-    if (sweep == 0) {
-      load(row, i, g, late);
-    } else if constexpr (kFused) {
-      g.r.load_stream(row.res + i * kN);
-    }
+    if constexpr (kFused) g.r.load_stream(row.res + i * kN);
   }
   // Pass 0: the row (and residual); pass 1: what to normalise (the stored sum) and the weight.
   // Not streaming: the second pass reads the row again.

@@ -128,8 +128,6 @@ struct RowOp {
   static constexpr int kRegisterMinVectors = 1;
   // Vectors per thread from which load() leaves some operands to load_late().
   static constexpr int kLateFrom = 1 << 30;
-  // Sweeps of the register kernel's operand loads: 1 calls load(); more call load_sweep(s, ...).
-  static constexpr int kLoadSweeps = 1;
   template <typename Pack, typename Regs>
   __device__ __forceinline__ void update(int, Pack&, Regs&, const float*) const {}
   template <typename Row, typename Regs>
@@ -168,21 +166,10 @@ __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __gri
   // The operands go out with the row's loads: issued after a store (the fused ops' residual),
   // they would wait for it (the compiler cannot prove that they do not overlap), which cost a
   // whole memory round trip at decode.
-  // kLoadSweeps > 1: the operands in that many sweeps over the row (all weights, then all
-  // residuals: the order of the hand-written fused rmsnorm, 4-8% faster at 1024+ rows).
 #pragma unroll
-  for (int sweep = 0; sweep < Op::kLoadSweeps; ++sweep) {
-#pragma unroll
-    for (int j = 0; j < kVectorsPerThread; ++j) {
-      const int i = th.lane + j * s.tpr;
-      if (i < vectors) {
-        if constexpr (Op::kLoadSweeps == 1) {
-          op.load(row, i, regs[j], kLate);
-        } else {
-          op.load_sweep(sweep, row, i, regs[j], kLate);
-        }
-      }
-    }
+  for (int j = 0; j < kVectorsPerThread; ++j) {
+    const int i = th.lane + j * s.tpr;
+    if (i < vectors) op.load(row, i, regs[j], kLate);
   }
   float stats[kStats];
 #pragma unroll
