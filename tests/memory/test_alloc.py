@@ -133,12 +133,151 @@ def test_errors():
 def test_opcheck_and_compile():
     from kernels_memory.ops.alloc_extend import ALLOC_EXTEND
 
-    prefix, seq, last, free = (torch.tensor(x) for x in ([3, 0], [9, 2], [11, -1], [4, 6, 8]))
+    # request 0 holds 3 tokens, the last at slot 10 (page 2, offset 2); request 1 is empty
+    prefix, seq, last, free = (torch.tensor(x) for x in ([3, 0], [9, 2], [10, -1], [4, 6, 8]))
     out = torch.empty(8, dtype=torch.int64)
     torch.library.opcheck(ALLOC_EXTEND.torch_op, (out, prefix, seq, last, free, 4, None))
 
     def step(seq, last, free):
         return alloc_decode(seq, last, free, 4)
 
+    # decode: request 0 (9 tokens) opens a page, request 1 (2 tokens) continues after slot 24
+    last = torch.tensor([11, 24])
     compiled = torch.compile(step, fullgraph=True)
     assert torch.equal(compiled(seq, last, free), step(seq, last, free))
+
+    def validated(seq, last, free):
+        return alloc_decode(seq, last, free, 4, validate=True)
+
+    # validate=True reads values on the host; while tracing it is skipped (no graph break)
+    assert torch.equal(
+        torch.compile(validated, fullgraph=True)(seq, last, free), step(seq, last, free)
+    )
+
+
+# Issue 12: bad free lists and last locations used to come back as negative or foreign slots,
+# which the kvcache ops then skip or write over: KV silently dropped or corrupted. The torch
+# reference (the CPU backend) always checks the values; ``validate=True`` checks them before
+# dispatch on any device (a host sync on CUDA). Each case runs both ways.
+_DECODE_BAD = [
+    # (seq_lens, last_loc, free_pages, page_size, message)
+    ([1, 1], [-1, -1], [3, -2], 4, r"alloc_decode: free_pages\[1\] = -2 must be >= 0"),
+    ([1, 6], [-1, 20], [-7], 4, r"alloc_decode: free_pages\[0\] = -7 must be >= 0"),
+    ([1, 1, 1], [-1, -1, -1], [3, 4, 3], 4,
+     r"alloc_decode: free_pages\[0\] and free_pages\[2\] are both page 3"),
+    ([2, 1], [-3, -1], [5], 4, r"alloc_decode: last_loc\[0\] = -3 must be >= -1"),
+    ([1, 6], [-1, -1], [5], 4, r"alloc_decode: last_loc\[1\] = -1 must be a slot \(>= 0\)"),
+    ([1, 6], [-1, 22], [5], 4,
+     r"alloc_decode: last_loc\[1\] = 22 is at page offset 2, but request 1 \(seq_lens\[1\] = 6\) "
+     r"has its last token at offset 0"),
+    ([0], [-1], [5], 4, r"alloc_decode: seq_lens\[0\] = 0 must be >= 1"),
+    ([1, 5, 9], [-1, 3, 7], [1, 2], 4,
+     r"alloc_decode: 3 requests need a new page but free_pages holds 2 \(not enough free pages"),
+]  # fmt: skip
+
+_EXTEND_BAD = [
+    # (prefix_lens, seq_lens, last_loc, free_pages, page_size, message)
+    ([0, 0], [4, 4], [-1, -1], [1, -1], 4, r"alloc_extend: free_pages\[1\] = -1 must be >= 0"),
+    ([0, 0], [4, 1], [-1, -1], [6, 6, 9], 4,
+     r"alloc_extend: free_pages\[0\] and free_pages\[1\] are both page 6"),
+    ([0, 2], [4, 3], [-2, 9], [1], 4, r"alloc_extend: last_loc\[0\] = -2 must be >= -1"),
+    ([2], [3], [-1], [], 4, r"alloc_extend: last_loc\[0\] = -1 must be a slot \(>= 0\)"),
+    ([2], [3], [8], [], 4,
+     r"alloc_extend: last_loc\[0\] = 8 is at page offset 0, but request 0 \(prefix_lens\[0\] = 2\) "
+     r"has its last token at offset 1"),
+    ([1, -1], [3, 2], [4, -1], [7], 4, r"alloc_extend: prefix_lens\[1\] = -1 must be >= 0"),
+    ([0, 5], [2, 4], [-1, 4], [7], 4,
+     r"alloc_extend: need seq_lens >= prefix_lens, got seq_lens\[1\] = 4 < prefix_lens\[1\] = 5"),
+    ([0, 0], [4, 5], [-1, -1], [1, 2], 4,
+     r"alloc_extend: the requests need 3 new pages but free_pages holds 2 \(not enough free"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("validate", [False, True])
+@pytest.mark.parametrize(("seq", "last", "free", "ps", "message"), _DECODE_BAD)
+def test_alloc_decode_bad_values(seq, last, free, ps, message, validate):
+    t = torch.tensor
+    free = t(free, dtype=torch.int64)
+    with pytest.raises(ValueError, match=message):
+        alloc_decode(t(seq), t(last), free, ps, validate=validate)
+
+
+@pytest.mark.parametrize("validate", [False, True])
+@pytest.mark.parametrize(("prefix", "seq", "last", "free", "ps", "message"), _EXTEND_BAD)
+def test_alloc_extend_bad_values(prefix, seq, last, free, ps, message, validate):
+    t = torch.tensor
+    total = sum(s - p for p, s in zip(prefix, seq, strict=True))
+    free = t(free, dtype=torch.int64)
+    with pytest.raises(ValueError, match=message):
+        alloc_extend(
+            t(prefix), t(seq), t(last), free, ps, extend_num_tokens=total, validate=validate
+        )
+
+
+def test_validate_checks_before_dispatch(monkeypatch):
+    """validate=True raises in the public op, before any backend runs (what a CUDA kernel, which
+    reads no values on the host, relies on)."""
+    from kernels_memory.ops import alloc_decode as decode_module
+    from kernels_memory.ops import alloc_extend as extend_module
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("launched")
+
+    monkeypatch.setattr(decode_module.ALLOC_DECODE, "run", no_launch)
+    monkeypatch.setattr(extend_module.ALLOC_EXTEND, "run", no_launch)
+    t = torch.tensor
+    with pytest.raises(ValueError, match=r"alloc_decode: free_pages\[0\] = -1 must be >= 0"):
+        alloc_decode(t([1]), t([-1]), t([-1]), 4, validate=True)
+    with pytest.raises(ValueError, match=r"alloc_extend: free_pages\[0\] = -1 must be >= 0"):
+        alloc_extend(t([0]), t([1]), t([-1]), t([-1]), 4, extend_num_tokens=1, validate=True)
+    with pytest.raises(AssertionError, match="launched"):  # validate=False leaves it to the backend
+        alloc_decode(t([1]), t([-1]), t([-1]), 4)
+
+
+def test_only_the_pages_taken_are_checked():
+    """Entries past the pages a call takes are never read (the engine passes its whole free
+    list), so a stale -1 or a repeat there is fine."""
+    t = torch.tensor
+    got = alloc_decode(t([1, 6]), t([-1, 20]), t([3, -1, 3]), 4, validate=True)
+    assert got.tolist() == [12, 21]
+    got = alloc_extend(
+        t([2]), t([9]), t([9]), t([5, 6, -1, 5]), 4, extend_num_tokens=7, validate=True
+    )
+    assert got.tolist() == [10, 11, 20, 21, 22, 23, 24]
+
+
+def test_validate_must_be_bool():
+    t = torch.tensor
+    with pytest.raises(TypeError, match=r"alloc_decode: validate must be a bool, got int 1"):
+        alloc_decode(t([1]), t([-1]), t([3]), 4, validate=1)
+    with pytest.raises(TypeError, match=r"alloc_extend: validate must be a bool, got str 'yes'"):
+        alloc_extend(t([0]), t([1]), t([-1]), t([3]), 4, extend_num_tokens=1, validate="yes")
+
+
+@pytest.mark.parametrize("ps", [1, 16])
+def test_validate_leaves_valid_results_unchanged(ps):
+    prefix, seq, last, free = _batch(30, ps, seed=ps)
+    args = (torch.tensor(prefix), torch.tensor(seq), torch.tensor(last), torch.tensor(free), ps)
+    total = sum(seq) - sum(prefix)
+    plain = alloc_extend(*args, extend_num_tokens=total)
+    checked = alloc_extend(*args, extend_num_tokens=total, validate=True)
+    assert checked.tolist() == plain.tolist() == simulate_extend(prefix, seq, last, free, ps)
+    decode_seq = [s + 1 for s in seq]
+    decode_last = [
+        slot if s > p else (last_ if s > 0 else -1)
+        for p, s, last_, slot in zip(
+            prefix, seq, last, _last_slots(plain, prefix, seq), strict=True
+        )
+    ]
+    dargs = (torch.tensor(decode_seq), torch.tensor(decode_last), torch.tensor(free[::-1]), ps)
+    assert alloc_decode(*dargs, validate=True).tolist() == alloc_decode(*dargs).tolist()
+
+
+def _last_slots(out: torch.Tensor, prefix, seq):
+    """The slot of each request's last extend token in the output of alloc_extend (None if it
+    extended nothing)."""
+    slots, pos = [], 0
+    for p, s in zip(prefix, seq, strict=True):
+        pos += s - p
+        slots.append(int(out[pos - 1]) if s > p else None)
+    return slots

@@ -116,3 +116,107 @@ def test_reference_functional_form():
     x, indptr = _case([3, 20], seed=7)
     y, ptr = reference.segment_packbits(x, indptr, bitorder="big")
     assert y.tolist() == oracle(x.tolist(), [3, 20], "big") and ptr.tolist() == [0, 1, 4]
+
+
+# Issue 12: a decreasing input_indptr used to reach torch.empty as a negative size ("negative
+# dimension"), and a huge one the allocator. With out=None the pointers are read on the host
+# anyway (to size y), so they are checked there, before allocating; with out given they are
+# checked by the torch reference, or before dispatch with validate=True.
+_I32 = torch.int32
+_WITHIN = r"input_indptr must be non-decreasing within \[0, 16\], got "
+_BAD_INDPTR = [
+    ([0, 9, 4], _WITHIN + r"input_indptr\[2\] = 4 < input_indptr\[1\] = 9"),
+    ([-8, 0, 16], _WITHIN + r"input_indptr\[0\] = -8"),
+    ([0, 8, 2**31 - 1], _WITHIN + r"input_indptr\[2\] = 2147483647 \(x has 16 elements\)"),
+]
+
+
+@pytest.mark.parametrize(("indptr", "message"), _BAD_INDPTR)
+def test_bad_input_indptr_is_named_before_allocating(indptr, message):
+    x, _ = _case([8, 8], seed=8)
+    with pytest.raises(ValueError, match=r"speculative\.segment_packbits: " + message):
+        segment_packbits(x, torch.tensor(indptr, dtype=_I32))
+    with pytest.raises(ValueError, match=message):  # the functional reference too
+        reference.segment_packbits(x, torch.tensor(indptr, dtype=_I32))
+
+
+def test_huge_int64_indptr_never_reaches_the_allocator():
+    x, _ = _case([8, 8], seed=9)
+    huge = torch.tensor([0, 2**62], dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"got input_indptr\[1\] = 4611686018427387904"):
+        segment_packbits(x, huge)
+    good = torch.tensor([0, 16], dtype=torch.int64)
+    with pytest.raises(
+        ValueError,
+        match=r"output_indptr must give each segment ceil\(len/8\) bytes, got output_indptr\[1\] "
+        r"- output_indptr\[0\] = 1099511627776 for segment 0 of length 16 \(ceil\(len/8\) = 2\)",
+    ):
+        segment_packbits(x, good, output_indptr=torch.tensor([0, 2**40], dtype=torch.int64))
+
+
+def test_output_indptr_must_start_at_zero_when_y_is_allocated():
+    """Otherwise y's leading bytes would be uninitialised memory returned to the caller."""
+    x, indptr = _case([9, 3], seed=10)
+    with pytest.raises(ValueError, match=r"output_indptr\[0\] must be 0 when out is None .*got 1"):
+        segment_packbits(x, indptr, output_indptr=torch.tensor([1, 3, 4], dtype=_I32))
+    with pytest.raises(ValueError, match=r"output_indptr\[0\] must be >= 0, got -1"):
+        segment_packbits(
+            x,
+            indptr,
+            output_indptr=torch.tensor([-1, 1, 2], dtype=_I32),
+            out=torch.zeros(4, dtype=torch.uint8),
+        )
+
+
+@pytest.mark.parametrize("validate", [False, True])
+def test_bad_pointers_with_caller_output(validate):
+    x, _ = _case([8, 8], seed=11)
+    out = torch.zeros(4, dtype=torch.uint8)
+    ptr = torch.tensor([0, 1, 2], dtype=_I32)
+    with pytest.raises(ValueError, match=r"got input_indptr\[2\] = 4 < input_indptr\[1\] = 9"):
+        segment_packbits(
+            x, torch.tensor([0, 9, 4], dtype=_I32), output_indptr=ptr, out=out, validate=validate
+        )
+    with pytest.raises(ValueError, match=r"out has 1 bytes, output_indptr needs 2"):
+        segment_packbits(
+            x,
+            torch.tensor([0, 8, 16], dtype=_I32),
+            output_indptr=ptr,
+            out=torch.zeros(1, dtype=torch.uint8),
+            validate=validate,
+        )
+
+
+def test_validate_checks_before_dispatch(monkeypatch):
+    from kernels_speculative.ops import segment_packbits as module
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("launched")
+
+    monkeypatch.setattr(module.SEGMENT_PACKBITS, "run", no_launch)
+    x, _ = _case([8, 8], seed=12)
+    bad = torch.tensor([0, 9, 4], dtype=_I32)
+    out = torch.zeros(4, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r"input_indptr must be non-decreasing"):
+        segment_packbits(x, bad, out=out, validate=True)
+    with pytest.raises(ValueError, match=r"input_indptr must be non-decreasing"):
+        segment_packbits(x, bad)  # out=None: always checked on the host
+    with pytest.raises(AssertionError, match="launched"):  # device-only path, no host read
+        segment_packbits(x, bad, out=out)
+
+
+def test_validate_must_be_bool():
+    x, indptr = _case([8], seed=13)
+    with pytest.raises(TypeError, match=r"segment_packbits: validate must be a bool, got int 1"):
+        segment_packbits(x, indptr, validate=1)
+
+
+@pytest.mark.parametrize("lens", LENGTHS, ids=str)
+def test_valid_input_unchanged_by_validate(lens):
+    x, indptr = _case(lens, seed=len(lens))
+    y, ptr = segment_packbits(x, indptr)
+    out = torch.full((y.shape[0] + 2,), 0xCD, dtype=torch.uint8)
+    y2, ptr2 = segment_packbits(x, indptr, output_indptr=ptr, out=out, validate=True)
+    assert y2 is out and ptr2 is ptr
+    assert y.tolist() == oracle(x.tolist(), lens, "little") == y2[: y.shape[0]].tolist()
+    assert y2[y.shape[0] :].tolist() == [0xCD, 0xCD]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from kernels_memory._checks import check_alloc_decode_values, check_alloc_extend_values
+
 
 def _check_range(op: str, name: str, t: torch.Tensor, low: int, high: int) -> None:
     if t.numel() and (int(t.min()) < low or int(t.max()) >= high):
@@ -82,17 +84,13 @@ def alloc_decode(
 ) -> torch.Tensor:
     """One new slot per request (seq_lens counts the new token): ``last_loc + 1`` inside a page,
     else ``free_pages[rank] * page_size`` where rank counts earlier requests that needed a page.
-    int64 [B]."""
+    int64 [B]. Every value precondition is checked (``_checks.check_alloc_decode_values``)."""
+    pages = check_alloc_decode_values(
+        "memory.alloc_decode", seq_lens, last_loc, free_pages, page_size
+    )
     seq = seq_lens.long()
-    _check_range("alloc_decode", "seq_lens", seq, 1, 2**62)
     needs_page = (seq - 1) % page_size == 0
     rank = torch.cumsum(needs_page.long(), 0) - 1
-    pages = int(needs_page.sum())
-    if pages > free_pages.shape[0]:
-        raise ValueError(
-            f"memory.alloc_decode: {pages} requests need a new page but free_pages holds "
-            f"{free_pages.shape[0]}"
-        )
     if pages == 0:
         return last_loc.long() + 1
     page = free_pages.long()[rank.clamp(min=0)]
@@ -110,29 +108,22 @@ def alloc_extend(
 ) -> torch.Tensor:
     """Slots for tokens [prefix, seq) of every request, in request then token order: first the rest
     of the partially filled last page (``last_loc + 1, ...``), then whole and partial new pages
-    taken in order from ``free_pages``. int64 [extend_num_tokens]."""
+    taken in order from ``free_pages``. int64 [extend_num_tokens]. Every value precondition is
+    checked (``_checks.check_alloc_extend_values``)."""
+    needed = check_alloc_extend_values(
+        "memory.alloc_extend",
+        prefix_lens,
+        seq_lens,
+        last_loc,
+        free_pages,
+        page_size,
+        extend_num_tokens,
+    )
     prefix, seq = prefix_lens.long(), seq_lens.long()
-    _check_range("alloc_extend", "prefix_lens", prefix, 0, 2**62)
     extend = seq - prefix
-    if extend.numel() and int(extend.min()) < 0:
-        raise ValueError(
-            f"memory.alloc_extend: need seq_lens >= prefix_lens, got prefix_lens "
-            f"{prefix.tolist()[:8]} and seq_lens {seq.tolist()[:8]}"
-        )
-    total = int(extend.sum()) if extend.numel() else 0
-    if total != extend_num_tokens:
-        raise ValueError(
-            f"memory.alloc_extend: extend_num_tokens must equal sum(seq_lens - prefix_lens) = "
-            f"{total}, got {extend_num_tokens}"
-        )
+    total = extend_num_tokens
     first_new = (prefix + page_size - 1) // page_size * page_size  # first slot of a new page
     new_pages = (seq + page_size - 1) // page_size - first_new // page_size
-    needed = int(new_pages.sum()) if new_pages.numel() else 0
-    if needed > free_pages.shape[0]:
-        raise ValueError(
-            f"memory.alloc_extend: the requests need {needed} new pages but free_pages holds "
-            f"{free_pages.shape[0]}"
-        )
     if total == 0:
         return torch.empty(0, dtype=torch.int64, device=prefix.device)
     request = torch.repeat_interleave(torch.arange(extend.shape[0], device=extend.device), extend)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from kernels_jit.rng import seed_offset  # noqa: F401  (re-exported for the sampling ops)
@@ -40,3 +42,27 @@ def row_param(
         what = "an int or an int32 tensor" if integral else "a float or a float32 tensor"
         raise TypeError(f"{op}: {name} must be {what}, got {type(value).__name__}")
     return None, value
+
+
+def check_nan_flag(op: str, probs: torch.Tensor, check_nan: object) -> None:
+    """``check_nan=True``: raise ValueError if any entry of ``probs`` is NaN (a host sync)."""
+    if not isinstance(check_nan, bool):
+        raise TypeError(f"{op}: check_nan must be a bool, got {type(check_nan).__name__}")
+    if check_nan and probs.numel() and bool(torch.isnan(probs).any()):
+        raise ValueError(f"{op}: probs contains NaN (found by check_nan=True)")
+
+
+def check_top_p_scalar(op: str, value: float | int, tensor: torch.Tensor | None) -> None:
+    """A scalar top_p must not be NaN (every other value is defined: <= 0 argmax set, >= 1 off).
+
+    A per-row tensor is not inspected (no host sync): a NaN entry makes that row invalid.
+    """
+    if tensor is None and math.isnan(value):
+        raise ValueError(f"{op}: top_p must not be NaN")
+
+
+def check_min_p_scalar(op: str, value: float | int, tensor: torch.Tensor | None) -> None:
+    """A scalar min_p must lie in [0, 1] (NaN is rejected); a per-row tensor is not inspected
+    (no host sync): an entry that is NaN or outside [0, 1] makes that row invalid."""
+    if tensor is None and not 0.0 <= value <= 1.0:
+        raise ValueError(f"{op}: min_p must lie in [0, 1], got {value!r}")

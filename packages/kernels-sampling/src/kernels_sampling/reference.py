@@ -9,6 +9,14 @@ Filtering rules are value based (OPS.md section 6), so ties are kept or dropped 
 
 Everything is computed in fp32 and rounded once. Per-row parameters are tensors of shape [B] or a
 single number.
+
+Invalid rows (defined here, the kernels must match): a row of probabilities is *bad* if any entry
+is NaN, +/-inf or negative (:func:`bad_rows`, read over the whole row before any filtering). A bad
+row, a row whose per-row ``top_p`` is NaN or whose per-row ``min_p`` is NaN or outside [0, 1], and
+a row whose kept fp32 sum overflows to inf are *invalid*: the renorm ops write an all-NaN row and
+the sampling ops return sample 0 with ``valid = False`` (the degenerate-row contract of OPS.md
+section 6). An all-zero (or kept sum < 1e-8) row stays what it was: zeros from the renorm ops,
+sample 0 / valid False from the sampling ops. Valid rows are never affected by invalid ones.
 """
 
 from __future__ import annotations
@@ -24,6 +32,23 @@ def _per_row(value, batch: int, dtype: torch.dtype, device: torch.device) -> tor
     if isinstance(value, torch.Tensor):
         return value.to(device=device, dtype=dtype).reshape(batch)
     return torch.full((batch,), value, dtype=dtype, device=device)
+
+
+def bad_rows(probs: torch.Tensor) -> torch.Tensor:
+    """bool [B]: the row holds a NaN, +/-inf or negative entry (``not 0 <= p < inf`` somewhere)."""
+    p = probs.float()
+    return ~((p >= 0) & (p < float("inf"))).all(dim=1)
+
+
+def bad_top_p(top_p, batch: int, device: torch.device) -> torch.Tensor:
+    """bool [B]: the row's top_p is NaN (every other value is defined)."""
+    return _per_row(top_p, batch, torch.float32, device).isnan()
+
+
+def bad_min_p(min_p, batch: int, device: torch.device) -> torch.Tensor:
+    """bool [B]: the row's min_p is NaN or outside [0, 1]."""
+    mp = _per_row(min_p, batch, torch.float32, device)
+    return ~((mp >= 0) & (mp <= 1))
 
 
 def top_k_keep(values: torch.Tensor, top_k) -> torch.Tensor:
@@ -65,11 +90,21 @@ def min_p_keep(probs: torch.Tensor, min_p) -> torch.Tensor:
     return p >= mp[:, None] * p.max(dim=1, keepdim=True).values
 
 
-def renorm(probs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Zero the dropped entries and divide the kept by their fp32 sum (sum < 1e-8 -> zeros)."""
+def renorm(
+    probs: torch.Tensor, keep: torch.Tensor, invalid: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Zero the dropped entries and divide the kept by their fp32 sum (sum < 1e-8 -> zeros).
+
+    Invalid rows -- bad input (:func:`bad_rows`), ``invalid`` (bool [B], bad parameters), or a kept
+    sum that overflows to inf -- become all NaN.
+    """
     kept = torch.where(keep, probs.float(), 0.0)
     total = kept.sum(dim=1, keepdim=True)
     out = torch.where(total < RENORM_MIN_SUM, 0.0, kept / total)
+    bad = bad_rows(probs)[:, None] | ~(total < float("inf"))
+    if invalid is not None:
+        bad = bad | invalid[:, None]
+    out = torch.where(bad, float("nan"), out)
     return out.to(probs.dtype)
 
 
@@ -78,11 +113,13 @@ def top_k_renorm_probs(probs: torch.Tensor, top_k) -> torch.Tensor:
 
 
 def top_p_renorm_probs(probs: torch.Tensor, top_p) -> torch.Tensor:
-    return renorm(probs, top_p_keep(probs, top_p))
+    invalid = bad_top_p(top_p, probs.shape[0], probs.device)
+    return renorm(probs, top_p_keep(probs, top_p), invalid)
 
 
 def min_p_renorm_probs(probs: torch.Tensor, min_p) -> torch.Tensor:
-    return renorm(probs, min_p_keep(probs, min_p))
+    invalid = bad_min_p(min_p, probs.shape[0], probs.device)
+    return renorm(probs, min_p_keep(probs, min_p), invalid)
 
 
 def top_k_mask_logits(logits: torch.Tensor, top_k) -> torch.Tensor:
@@ -91,11 +128,14 @@ def top_k_mask_logits(logits: torch.Tensor, top_k) -> torch.Tensor:
     return logits.masked_fill(~keep, float("-inf"))
 
 
-def draw(weights: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def draw(
+    weights: torch.Tensor, u: torch.Tensor, invalid: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Inverse-CDF draw in vocabulary order: the smallest j with ``cumsum(w)_j > u * sum(w)``.
 
     ``weights`` fp32 [B, V] (need not be normalised), ``u`` fp32 [B]. Returns (int64 [B], valid
-    bool [B]); a row whose sum is 0 or NaN gives index 0 and valid False.
+    bool [B]); a row whose sum is not in (0, inf) (0, NaN, overflow), a bad row
+    (:func:`bad_rows`) or an ``invalid`` one (bool [B]) gives index 0 and valid False.
     """
     batch, vocab = weights.shape
     if vocab == 0:
@@ -103,7 +143,9 @@ def draw(weights: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Te
         return zeros, torch.zeros(batch, dtype=torch.bool, device=weights.device)
     cdf = weights.cumsum(dim=1)
     total = cdf[:, -1]
-    valid = total > 0
+    valid = (total > 0) & (total < float("inf")) & ~bad_rows(weights)
+    if invalid is not None:
+        valid = valid & ~invalid
     index = torch.searchsorted(cdf, (u * total)[:, None], right=True).squeeze(1)
     # u * total may round up to total itself: fall back to the last token with weight.
     last_positive = (vocab - 1) - (weights > 0).flip(1).to(torch.int8).argmax(dim=1)
@@ -143,7 +185,7 @@ def sampling_from_probs(
 
     ``seed``/``offset`` are int64 tensors of shape [1] or [B'] (see the public op for ints/None).
     """
-    rows, _ = _rows("sampling_from_probs", probs, indices)
+    rows, _ = _rows("sampling_from_probs", probs, indices)  # bad rows: invalid inside draw
     out_rows = torch.arange(rows.shape[0], device=probs.device)
     u = uniform(seed, offset, out_rows, 0)
     index, valid = draw(rows, u)
@@ -171,7 +213,8 @@ def top_k_top_p_sampling_from_probs(
 ):
     """Sample among the kept tokens with weights = their original probabilities.
 
-    Per-row ``top_k``/``top_p`` are indexed by the source row (``indices[i]`` when given).
+    Per-row ``top_k``/``top_p`` are indexed by the source row (``indices[i]`` when given). A bad
+    source row (:func:`bad_rows`, judged before filtering) or a NaN top_p gives 0 / valid False.
     """
     rows, src = _rows("top_k_top_p_sampling_from_probs", probs, indices)
     k = _per_row(top_k, probs.shape[0], torch.int64, probs.device)[src]
@@ -179,5 +222,7 @@ def top_k_top_p_sampling_from_probs(
     keep = top_k_top_p_keep(rows, k, p, filter_apply_order)
     out_rows = torch.arange(rows.shape[0], device=probs.device)
     u = uniform(seed, offset, out_rows, 0)
-    index, valid = draw(torch.where(keep, rows, 0.0), u)
+    # Bad entries may be filtered out of the weights: judge the unfiltered row (and a NaN top_p).
+    invalid = bad_rows(rows) | p.isnan()
+    index, valid = draw(torch.where(keep, rows, 0.0), u, invalid)
     return _result(index, valid, indices, return_valid)

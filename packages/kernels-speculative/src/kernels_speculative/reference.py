@@ -80,6 +80,65 @@ def verify_tree_greedy(
     accept_token_num.copy_(accepted)
 
 
+_PACKBITS = "speculative.segment_packbits"
+
+
+def check_packbits_indptr(
+    nnz: int,
+    input_indptr: torch.Tensor,
+    output_indptr: torch.Tensor | None = None,
+    out_bytes: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check the segment pointers of segment_packbits on the host; return host int64 copies of
+    ``input_indptr`` and ``output_indptr`` (computed back to back from 0 when None).
+
+    ``input_indptr`` must be non-decreasing within ``[0, nnz]``; ``output_indptr`` must start at
+    >= 0 and give segment b exactly ``ceil(len_b / 8)`` bytes; its last entry must fit in
+    ``out_bytes``, or, when ``out_bytes`` is None (y is allocated from ``output_indptr[-1]``), it
+    must start at 0, so that y is ``sum(ceil(len_b / 8)) <= nnz / 8 + B`` bytes, every one of them
+    written. One device-to-host copy per pointer tensor (a sync on CUDA)."""
+    if input_indptr.numel() < 1:
+        raise ValueError(f"{_PACKBITS}: input_indptr must have B+1 >= 1 entries, got shape (0,)")
+    starts = input_indptr.long().cpu()
+    lens = starts[1:] - starts[:-1]
+    nbytes = (lens + 7) // 8
+    within = f"{_PACKBITS}: input_indptr must be non-decreasing within [0, {nnz}], got"
+    if int(starts[0]) < 0:
+        raise ValueError(f"{within} input_indptr[0] = {int(starts[0])}")
+    if lens.numel() and bool((lens < 0).any()):
+        b = int((lens < 0).long().argmax())
+        raise ValueError(
+            f"{within} input_indptr[{b + 1}] = {int(starts[b + 1])} < "
+            f"input_indptr[{b}] = {int(starts[b])}"
+        )
+    if int(starts[-1]) > nnz:
+        raise ValueError(
+            f"{within} input_indptr[{starts.shape[0] - 1}] = {int(starts[-1])} (x has {nnz} "
+            "elements)"
+        )
+    if output_indptr is None:
+        outs = torch.zeros_like(starts)
+        outs[1:] = torch.cumsum(nbytes, 0)
+        return starts, outs
+    outs = output_indptr.long().cpu()
+    if int(outs[0]) < 0 or (out_bytes is None and int(outs[0]) != 0):
+        need = ">= 0" if out_bytes is not None else "0 when out is None (y is allocated for it)"
+        raise ValueError(f"{_PACKBITS}: output_indptr[0] must be {need}, got {int(outs[0])}")
+    wrong = (outs[1:] - outs[:-1]) != nbytes
+    if wrong.numel() and bool(wrong.any()):
+        b = int(wrong.long().argmax())
+        raise ValueError(
+            f"{_PACKBITS}: output_indptr must give each segment ceil(len/8) bytes, got "
+            f"output_indptr[{b + 1}] - output_indptr[{b}] = {int(outs[b + 1] - outs[b])} for "
+            f"segment {b} of length {int(lens[b])} (ceil(len/8) = {int(nbytes[b])})"
+        )
+    if out_bytes is not None and int(outs[-1]) > out_bytes:
+        raise ValueError(
+            f"{_PACKBITS}: out has {out_bytes} bytes, output_indptr needs {int(outs[-1])}"
+        )
+    return starts, outs
+
+
 def segment_packbits_into(
     y: torch.Tensor,
     x: torch.Tensor,
@@ -91,28 +150,14 @@ def segment_packbits_into(
 
     "little": element 8j+t of a segment is bit t (LSB first) of its byte j; "big": bit 7-t. Bits
     past the end of a segment are 0; bytes of ``y`` outside every segment are left untouched.
+    The pointers are checked first (:func:`check_packbits_indptr`).
     """
+    if input_indptr.numel() > 1:
+        check_packbits_indptr(x.shape[0], input_indptr, output_indptr, y.shape[0])
     starts = input_indptr.long()
     lens = starts[1:] - starts[:-1]
     nbytes = (lens + 7) // 8
     outs = output_indptr.long()
-    if starts.numel() > 1:
-        if int(lens.min()) < 0 or int(starts[0]) < 0 or int(starts[-1]) > x.shape[0]:
-            raise ValueError(
-                "speculative.segment_packbits: input_indptr must be non-decreasing within "
-                f"[0, {x.shape[0]}], got {starts.tolist()[:16]}"
-            )
-        if not torch.equal(outs[1:] - outs[:-1], nbytes) or int(outs[0]) < 0:
-            raise ValueError(
-                "speculative.segment_packbits: output_indptr must give each segment "
-                f"ceil(len/8) bytes starting at >= 0, got {outs.tolist()[:16]} for segment lengths "
-                f"{lens.tolist()[:16]}"
-            )
-        if int(outs[-1]) > y.shape[0]:
-            raise ValueError(
-                f"speculative.segment_packbits: out has {y.shape[0]} bytes, output_indptr needs "
-                f"{int(outs[-1])}"
-            )
     total = int(nbytes.sum()) if nbytes.numel() else 0
     if total == 0:
         return
@@ -134,13 +179,12 @@ def segment_packbits(
     output_indptr: torch.Tensor | None = None,
     bitorder: str = "little",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(y uint8, output_indptr int32)``; the default output_indptr packs segments back to back."""
-    lens = (input_indptr[1:] - input_indptr[:-1]).long()
+    """``(y uint8, output_indptr int32)``; the default output_indptr packs segments back to back.
+    The pointers are checked before y is allocated, so bad ones never size an allocation."""
+    _, outs = check_packbits_indptr(x.shape[0], input_indptr, output_indptr)
     if output_indptr is None:
-        output_indptr = torch.zeros_like(input_indptr, dtype=torch.int32)
-        output_indptr[1:] = torch.cumsum((lens + 7) // 8, 0)
-    size = int(output_indptr[-1]) if output_indptr.numel() else 0
-    y = torch.zeros(size, dtype=torch.uint8, device=x.device)
+        output_indptr = outs.to(device=input_indptr.device, dtype=torch.int32)
+    y = torch.zeros(int(outs[-1]), dtype=torch.uint8, device=x.device)
     segment_packbits_into(y, x, input_indptr, output_indptr, bitorder)
     return y, output_indptr
 

@@ -9,7 +9,12 @@ import torch
 
 from kernels_jit.dispatch import Op
 from kernels_memory import reference
-from kernels_memory._checks import check_index_vector, check_page_size
+from kernels_memory._checks import (
+    check_alloc_extend_values,
+    check_flag,
+    check_index_vector,
+    check_page_size,
+)
 
 OP_ID = "memory.alloc_extend"
 
@@ -45,6 +50,7 @@ def alloc_extend(
     page_size: int,
     *,
     extend_num_tokens: int,
+    validate: bool = False,
     backend: str | None = None,
 ) -> torch.Tensor:
     """Slots for tokens ``[prefix_lens[i], seq_lens[i])`` of every request, in request then token
@@ -55,16 +61,35 @@ def alloc_extend(
     Parameters
     ----------
     prefix_lens, seq_lens : [B] int64 (or int32), ``seq_lens >= prefix_lens``.
-    last_loc : [B] int64 (or int32), slot of the last prefix token (ignored when
-        ``prefix_len % page_size == 0``).
-    free_pages : [F] int64 (or int32) free page ids.
+    last_loc : [B] int64 (or int32), slot of the last prefix token: >= -1 (-1 = empty); where
+        it is used (``prefix_len % page_size != 0`` and ``seq_len > prefix_len``), a slot (>= 0)
+        at page offset ``(prefix_len - 1) % page_size``; ignored elsewhere.
+    free_pages : [F] int64 (or int32) free page ids; the P = ``sum(new_i)`` pages taken
+        (``free_pages[:P]``) must be >= 0 and distinct, F >= P.
     page_size : slots per page, >= 1.
     extend_num_tokens : ``sum(seq_lens - prefix_lens)``, known on the host, so the output shape
         is static (no device sync).
+    validate : check the values of the arguments above before launching (ValueError naming the
+        argument, the first bad index and its value). This reads them on the host: a
+        device-to-host sync on CUDA, so not for CUDA graphs; skipped while torch.compile traces.
 
     Returns
     -------
     out [extend_num_tokens] int64.
+
+    Checks and their cost
+    ---------------------
+    Types, dtypes, shapes, devices, ``page_size`` and ``extend_num_tokens >= 0`` are always
+    checked (host metadata, no sync). The value preconditions (``seq_lens >= prefix_lens >= 0``,
+    ``extend_num_tokens == sum(seq_lens - prefix_lens)``, last_loc, free_pages) need the values:
+    the torch reference (the backend on CPU, and the CUDA fallback until a kernel lands) always
+    checks them, reading them on the host as it computes; a CUDA kernel must not (no host sync),
+    so there ``validate=True`` is the way to get them. Without it a kernel treats them as
+    preconditions and never faults: it writes only ``out[:extend_num_tokens]``, a slot whose page
+    index is >= F is -1 (never read past the list), a negative page id gives negative slots
+    ``page * page_size + offset``, last_loc is used as given; the kvcache ops skip negative slots,
+    so that KV is dropped (with ``KERNELS_DEBUG_CHECKS=1`` the kernel asserts on device instead).
+    SGLang's allocator checks free space on the host before calling.
     """
     device = prefix_lens.device if isinstance(prefix_lens, torch.Tensor) else None
     check_index_vector(OP_ID, "prefix_lens", prefix_lens, None, device)
@@ -79,6 +104,11 @@ def alloc_extend(
         )
     if extend_num_tokens < 0:
         raise ValueError(f"{OP_ID}: extend_num_tokens must be >= 0, got {extend_num_tokens}")
+    check_flag(OP_ID, "validate", validate)
+    if validate and not torch.compiler.is_compiling():
+        check_alloc_extend_values(
+            OP_ID, prefix_lens, seq_lens, last_loc, free_pages, page_size, extend_num_tokens
+        )
     out = torch.empty(extend_num_tokens, dtype=torch.int64, device=device)
     if batch:
         ALLOC_EXTEND.run(
@@ -91,7 +121,7 @@ def _alloc_extend_samples(device: torch.device) -> list[tuple[tuple, dict]]:
     """Small random calls for ``kernels-ops check``: partial pages, s == p, page_size 1."""
     prefix = torch.tensor([0, 5, 16, 7, 3], dtype=torch.int64)
     seq = torch.tensor([20, 9, 16, 40, 4], dtype=torch.int64)
-    last = torch.tensor([-1, 404, 99, 71, 50], dtype=torch.int64)
+    last = torch.tensor([-1, 404, 99, 70, 50], dtype=torch.int64)
     free = torch.arange(30, 10, -1, dtype=torch.int64)
     args = tuple(t.to(device) for t in (prefix, seq, last, free))
     total = int((seq - prefix).sum())

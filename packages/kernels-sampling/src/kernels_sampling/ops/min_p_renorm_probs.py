@@ -9,7 +9,7 @@ import torch
 
 from kernels_jit.dispatch import Op
 from kernels_sampling import reference
-from kernels_sampling._common import check_rows, row_param
+from kernels_sampling._common import check_min_p_scalar, check_nan_flag, check_rows, row_param
 
 OP_ID = "sampling.min_p_renorm_probs"
 
@@ -24,18 +24,34 @@ MIN_P_RENORM_PROBS = Op(_min_p_renorm_probs_torch, mutates=("out",), device="pro
 
 
 def min_p_renorm_probs(
-    probs: torch.Tensor, min_p: float | torch.Tensor, *, backend: str | None = None
+    probs: torch.Tensor,
+    min_p: float | torch.Tensor,
+    *,
+    check_nan: bool = False,
+    backend: str | None = None,
 ) -> torch.Tensor:
     """Keep i iff ``p_i >= min_p * max(p)`` (fp32), zero the rest and renormalise.
+
+    Invalid rows (no error, no host sync) become all NaN in the output, never a plausible
+    distribution: a row holding a NaN, +/-inf or negative probability, a row whose per-row min_p
+    is NaN or outside [0, 1], or whose kept fp32 sum overflows. Other rows are unaffected. An
+    all-zero row (kept sum < 1e-8) stays zeros.
 
     Parameters
     ----------
     probs : [B, V] float32, float16 or bfloat16; the output keeps the dtype.
-    min_p : float, or float32 [B] per row; 0 keeps the row, 1 keeps the argmax set.
+    min_p : float, or float32 [B] per row, in [0, 1]; 0 keeps the row, 1 keeps the argmax set.
+        A float that is NaN or outside [0, 1] raises ValueError; such a tensor entry makes its row
+        invalid (all NaN).
+    check_nan : if True, raise ValueError when any entry of ``probs`` is NaN. Costs a
+        device-to-host sync (not CUDA-graph / ``torch.compile(fullgraph=True)`` safe); off by
+        default, when NaN rows give the invalid outcome above instead.
     backend : force a backend instead of the best eligible one.
     """
     check_rows(OP_ID, "probs", probs)
+    check_nan_flag(OP_ID, probs, check_nan)
     arr, val = row_param(OP_ID, "min_p", min_p, probs.shape[0], probs.device, integral=False)
+    check_min_p_scalar(OP_ID, val, arr)
     out = torch.empty_like(probs, memory_format=torch.contiguous_format)
     if probs.numel():
         MIN_P_RENORM_PROBS.run(out, probs, arr, float(val), backend=backend)

@@ -10,7 +10,7 @@ import torch
 from kernels_jit.dispatch import Op
 from kernels_jit.validation import check_tensor
 from kernels_sampling import reference
-from kernels_sampling._common import INDEX_DTYPES, check_rows, seed_offset
+from kernels_sampling._common import INDEX_DTYPES, check_nan_flag, check_rows, seed_offset
 
 OP_ID = "sampling.sampling_from_probs"
 
@@ -42,10 +42,17 @@ def sampling_from_probs(
     offset: int | torch.Tensor | None = None,
     deterministic: bool = True,
     return_valid: bool = False,
+    check_nan: bool = False,
     backend: str | None = None,
 ):
     """Sample one token per output row i: the smallest j with ``cumsum(p)_j > u * sum(p)``,
     ``u = U(seed, offset, i, 0)`` (the project RNG, bit-identical in every backend).
+
+    Invalid rows (no error, no host sync) give sample 0 and ``valid = False`` (the FlashInfer
+    degenerate-row contract, OPS.md section 6): a row holding a NaN, +/-inf or negative
+    probability, and a row whose sum is 0 or overflows fp32. Sample 0 is a real token id, so
+    callers that may see such rows must pass ``return_valid=True`` and substitute their own
+    fallback where ``valid`` is False (``check_nan=True`` catches NaN only).
 
     Parameters
     ----------
@@ -55,13 +62,18 @@ def sampling_from_probs(
     seed, offset : ints, or int64 tensors of shape [1] or [B'] (per output row; tensors are needed
         under CUDA graphs). ``seed=None`` draws a seed from torch's generator of the device.
     deterministic : accepted for FlashInfer compatibility; every backend is deterministic.
-    return_valid : also return valid [B'] bool (False where the row's sum is 0 or NaN; sample 0).
+    return_valid : also return valid [B'] bool (False for the invalid rows above; sample 0).
+    check_nan : if True, raise ValueError when any entry of ``probs`` is NaN (every row, not only
+        those selected by ``indices``). Costs a device-to-host sync (not CUDA-graph /
+        ``torch.compile(fullgraph=True)`` safe); off by default, when NaN rows give the invalid
+        outcome above instead.
 
     Returns
     -------
     samples [B'] int32 (or the dtype of ``indices``), and ``valid`` when ``return_valid``.
     """
     check_rows(OP_ID, "probs", probs)
+    check_nan_flag(OP_ID, probs, check_nan)
     rows = probs.shape[0]
     out_dtype = torch.int32
     if indices is not None:

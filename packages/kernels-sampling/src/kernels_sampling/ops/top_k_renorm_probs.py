@@ -9,7 +9,7 @@ import torch
 
 from kernels_jit.dispatch import Op
 from kernels_sampling import reference
-from kernels_sampling._common import check_rows, row_param
+from kernels_sampling._common import check_nan_flag, check_rows, row_param
 
 OP_ID = "sampling.top_k_renorm_probs"
 
@@ -24,20 +24,32 @@ TOP_K_RENORM_PROBS = Op(_top_k_renorm_probs_torch, mutates=("out",), device="pro
 
 
 def top_k_renorm_probs(
-    probs: torch.Tensor, top_k: int | torch.Tensor, *, backend: str | None = None
+    probs: torch.Tensor,
+    top_k: int | torch.Tensor,
+    *,
+    check_nan: bool = False,
+    backend: str | None = None,
 ) -> torch.Tensor:
     """Zero all but each row's top-k probabilities and divide the kept by their sum.
 
     Token i is kept iff fewer than k values of its row are strictly greater (``p_i >=`` the k-th
     largest), so tied values are kept together; a kept sum below 1e-8 gives a zero row.
 
+    Invalid rows (no error, no host sync) become all NaN in the output, never a plausible
+    distribution: a row holding a NaN, +/-inf or negative probability (judged over the whole
+    row), or whose kept fp32 sum overflows. Other rows are unaffected.
+
     Parameters
     ----------
     probs : [B, V] float32, float16 or bfloat16; the output keeps the dtype.
     top_k : int, or int32/int64 [B] per row; k <= 0 or k >= V keeps the whole row.
+    check_nan : if True, raise ValueError when any entry of ``probs`` is NaN. Costs a
+        device-to-host sync (not CUDA-graph / ``torch.compile(fullgraph=True)`` safe); off by
+        default, when NaN rows give the invalid outcome above instead.
     backend : force a backend instead of the best eligible one.
     """
     check_rows(OP_ID, "probs", probs)
+    check_nan_flag(OP_ID, probs, check_nan)
     arr, val = row_param(OP_ID, "top_k", top_k, probs.shape[0], probs.device, integral=True)
     out = torch.empty_like(probs, memory_format=torch.contiguous_format)
     if probs.numel():

@@ -10,7 +10,14 @@ import torch
 from kernels_jit.dispatch import Op
 from kernels_jit.validation import check_tensor
 from kernels_sampling import reference
-from kernels_sampling._common import INDEX_DTYPES, check_rows, row_param, seed_offset
+from kernels_sampling._common import (
+    INDEX_DTYPES,
+    check_nan_flag,
+    check_rows,
+    check_top_p_scalar,
+    row_param,
+    seed_offset,
+)
 
 OP_ID = "sampling.top_k_top_p_sampling_from_probs"
 FILTER_ORDERS = ("top_k_first", "joint")
@@ -60,6 +67,7 @@ def top_k_top_p_sampling_from_probs(
     offset: int | torch.Tensor | None = None,
     deterministic: bool = True,
     return_valid: bool = False,
+    check_nan: bool = False,
     backend: str | None = None,
 ):
     """Sample among the tokens kept by top-k and top-p, weighted by their original probabilities.
@@ -68,18 +76,28 @@ def top_k_top_p_sampling_from_probs(
     renormalising it; ``"joint"`` (what SGLang passes) keeps i iff both rules hold on the original
     row. The draw is the one of :func:`sampling_from_probs` with ``u = U(seed, offset, i, 0)``.
 
+    Invalid rows (no error, no host sync) give sample 0 and ``valid = False`` (the FlashInfer
+    degenerate-row contract, OPS.md section 6): a row holding a NaN, +/-inf or negative
+    probability (judged over the whole row, before filtering), a row whose per-row top_p is NaN,
+    and a row whose kept sum is 0 or overflows fp32. Sample 0 is a real token id, so callers that
+    may see such rows must pass ``return_valid=True`` and substitute their own fallback where
+    ``valid`` is False (``check_nan=True`` catches NaN only).
+
     Parameters
     ----------
     probs : [B, V] float32 (fp16/bf16 accepted, read in fp32).
     top_k : int, or int32/int64 [B] per probs row (k <= 0 or k >= V: off).
-    top_p : float, or float32 [B] per probs row (>= 1: off; <= 0: the argmax set).
+    top_p : float, or float32 [B] per probs row (>= 1: off; <= 0: the argmax set). A NaN float
+        raises ValueError; a NaN tensor entry makes its row invalid.
     indices : optional int32/int64 [B']; output i samples ``probs[indices[i]]`` with its k and p.
-    seed, offset, deterministic, return_valid : as :func:`sampling_from_probs`.
+    seed, offset, deterministic, return_valid, check_nan : as :func:`sampling_from_probs`.
     """
     check_rows(OP_ID, "probs", probs)
+    check_nan_flag(OP_ID, probs, check_nan)
     batch = probs.shape[0]
     karr, kval = row_param(OP_ID, "top_k", top_k, batch, probs.device, integral=True)
     parr, pval = row_param(OP_ID, "top_p", top_p, batch, probs.device, integral=False)
+    check_top_p_scalar(OP_ID, pval, parr)
     if filter_apply_order not in FILTER_ORDERS:
         raise ValueError(
             f"{OP_ID}: filter_apply_order must be one of {FILTER_ORDERS}, "

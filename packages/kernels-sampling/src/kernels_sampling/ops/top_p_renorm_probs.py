@@ -9,7 +9,7 @@ import torch
 
 from kernels_jit.dispatch import Op
 from kernels_sampling import reference
-from kernels_sampling._common import check_rows, row_param
+from kernels_sampling._common import check_nan_flag, check_rows, check_top_p_scalar, row_param
 
 OP_ID = "sampling.top_p_renorm_probs"
 
@@ -24,18 +24,33 @@ TOP_P_RENORM_PROBS = Op(_top_p_renorm_probs_torch, mutates=("out",), device="pro
 
 
 def top_p_renorm_probs(
-    probs: torch.Tensor, top_p: float | torch.Tensor, *, backend: str | None = None
+    probs: torch.Tensor,
+    top_p: float | torch.Tensor,
+    *,
+    check_nan: bool = False,
+    backend: str | None = None,
 ) -> torch.Tensor:
     """Nucleus filter: keep i iff ``sum{p_j : p_j > p_i} < top_p``, then renormalise.
+
+    Invalid rows (no error, no host sync) become all NaN in the output, never a plausible
+    distribution: a row holding a NaN, +/-inf or negative probability (judged over the whole
+    row), a row whose per-row top_p is NaN, or whose kept fp32 sum overflows. Other rows are
+    unaffected. An all-zero row (kept sum < 1e-8) stays zeros.
 
     Parameters
     ----------
     probs : [B, V] float32, float16 or bfloat16 (rows summing to 1); the output keeps the dtype.
     top_p : float, or float32 [B] per row; >= 1 keeps the row, <= 0 keeps only the argmax set.
+        A NaN float raises ValueError; a NaN tensor entry makes its row invalid (all NaN).
+    check_nan : if True, raise ValueError when any entry of ``probs`` is NaN. Costs a
+        device-to-host sync (not CUDA-graph / ``torch.compile(fullgraph=True)`` safe); off by
+        default, when NaN rows give the invalid outcome above instead.
     backend : force a backend instead of the best eligible one.
     """
     check_rows(OP_ID, "probs", probs)
+    check_nan_flag(OP_ID, probs, check_nan)
     arr, val = row_param(OP_ID, "top_p", top_p, probs.shape[0], probs.device, integral=False)
+    check_top_p_scalar(OP_ID, val, arr)
     out = torch.empty_like(probs, memory_format=torch.contiguous_format)
     if probs.numel():
         TOP_P_RENORM_PROBS.run(out, probs, arr, float(val), backend=backend)
