@@ -66,8 +66,7 @@ def _overrides() -> tuple[str | None, dict[str, str]]:
     text = settings.backend_override()
     parsed = _OVERRIDES.get(text)
     if parsed is None:
-        every, per_op = registry.backend_overrides()
-        parsed = _OVERRIDES[text] = (every, per_op)
+        parsed = _OVERRIDES[text] = registry.backend_overrides()
     return parsed
 
 

@@ -52,9 +52,16 @@ def check_tensor(
         raise ValueError(f"{op}: {arg} is on {t.device}, expected {device} (like the input)")
     if contiguous and not t.is_contiguous():
         raise ValueError(f"{op}: {arg} must be contiguous, got strides {t.stride()}")
-    if last_dim_contiguous and t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+    if last_dim_contiguous:
+        _check_last_dim(op, arg, t)
+
+
+def _check_last_dim(op: str, arg: str, t: torch.Tensor) -> None:
+    """Raises unless :func:`last_dim_contiguous`."""
+    if not last_dim_contiguous(t):
         raise ValueError(
-            f"{op}: {arg} must have a contiguous last dim (stride 1), got strides {t.stride()}"
+            f"{op}: {arg} must have a contiguous last dim (stride 1), got strides {t.stride()}; "
+            "pass .contiguous()"
         )
 
 
@@ -132,11 +139,7 @@ def check_rows(
         raise ValueError(
             f"{op}: {arg} must have at least {min_dim} dim(s), got shape {tuple(t.shape)}"
         )
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
-        raise ValueError(
-            f"{op}: {arg} must have a contiguous last dim (stride 1), got strides {t.stride()}; "
-            "pass .contiguous()"
-        )
+    _check_last_dim(op, arg, t)
     return t
 
 
@@ -156,10 +159,7 @@ def check_like(op: str, arg: str, t: object, ref: torch.Tensor, ref_name: str = 
         )
     if t.device != ref.device:
         raise ValueError(f"{op}: {arg} is on {t.device}, {ref_name} on {ref.device}")
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
-        raise ValueError(
-            f"{op}: {arg} must have a contiguous last dim (stride 1), got strides {t.stride()}"
-        )
+    _check_last_dim(op, arg, t)
 
 
 def check_param(
