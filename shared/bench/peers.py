@@ -10,6 +10,14 @@ the record of which peers ran.
 - ``flashinfer``: FlashInfer's CUDA norm and activation kernels, built from its headers by
   ``shared/bench/build_flashinfer_peer.py`` into ``.peers/flashinfer/flashinfer_norm_act.so``
   (or the path in ``KERNELS_PEER_FLASHINFER``) and loaded with ``tvm_ffi.load_module``.
+- ``sglang``: sglang-kernel 0.4.5's sm90 library (``sgl_kernel/sm90/common_ops.abi3.so``, the
+  torch-2.11 era release), extracted by ``python -m shared.bench.fetch_peers sglang`` into
+  ``.peers/sglang/`` (or the path in ``KERNELS_PEER_SGLANG``) and loaded with
+  ``torch.ops.load_library``: its ops are ``torch.ops.sgl_kernel.<op>``.
+- ``vllm``: vLLM 0.33.0's stable-ABI libraries (``_C_stable_libtorch.abi3.so``,
+  ``_moe_C_stable_libtorch.abi3.so``) in ``.peers/vllm/`` (or ``KERNELS_PEER_VLLM``, a folder),
+  each loaded where present (``.xz``-compressed copies are unpacked to /tmp first): ops under
+  ``torch.ops._C``, ``torch.ops._moe_C`` and ``torch.ops._C_cache_ops``.
 """
 
 from __future__ import annotations
@@ -285,6 +293,75 @@ def flashinfer_pdl() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 
 
+# --- sglang-kernel and vLLM (torch op libraries) ------------------------------------------------
+
+SGLANG_ENV, VLLM_ENV = "KERNELS_PEER_SGLANG", "KERNELS_PEER_VLLM"
+SGLANG_DEFAULT = PEERS_DIR / "sglang" / "common_ops.abi3.so"
+VLLM_DEFAULT = PEERS_DIR / "vllm"
+VLLM_LIBRARIES = ("_C_stable_libtorch.abi3.so", "_moe_C_stable_libtorch.abi3.so")
+
+
+def _env_path(env: str, default: Path) -> Path | None:
+    value = os.environ.get(env, "")
+    if value.lower() in ("0", "off", "no", "false"):
+        return None
+    return Path(value).expanduser().resolve() if value else default
+
+
+def _load_library(name: str, path: Path) -> bool:
+    try:
+        torch.ops.load_library(str(path))
+    except Exception as exc:  # a library that does not load is reported, not fatal
+        _status.setdefault(name, {"status": "failed", "errors": []})["errors"].append(
+            f"{path.name}: {type(exc).__name__}: {exc}"[:500]
+        )
+        print(f"peers: {name} library {path} did not load ({type(exc).__name__}: {exc})")
+        return False
+    return True
+
+
+@functools.cache
+def sglang() -> Any | None:
+    """``torch.ops.sgl_kernel`` from sglang-kernel 0.4.5's sm90 library, or None when absent."""
+    path = _env_path(SGLANG_ENV, SGLANG_DEFAULT)
+    if path is None or not path.is_file():
+        _status["sglang"] = {
+            "status": "absent" if path else "disabled",
+            "looked_for": str(path),
+            "hint": "python -m shared.bench.fetch_peers sglang, then carry .peers/sglang",
+        }
+        return None
+    if not _load_library("sglang", path):
+        return None
+    _status["sglang"] = {"status": "loaded", "path": str(path), "version": "sglang-kernel 0.4.5"}
+    return torch.ops.sgl_kernel
+
+
+@functools.cache
+def vllm() -> Any | None:
+    """``torch.ops`` once vLLM 0.33.0's stable-ABI libraries present in the vLLM folder are
+    loaded (ops under ``_C``, ``_moe_C``, ``_C_cache_ops``), or None when none is there."""
+    folder = _env_path(VLLM_ENV, VLLM_DEFAULT)
+    loaded = []
+    for name in VLLM_LIBRARIES if folder else ():
+        path = folder / name
+        packed = folder / f"{name}.xz"
+        if not path.is_file() and packed.is_file():
+            import lzma
+
+            path = Path("/tmp/kernels-peers-vllm") / name
+            if not path.is_file():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(lzma.decompress(packed.read_bytes()))
+        if path.is_file() and _load_library("vllm", path):
+            loaded.append(name)
+    if not loaded:
+        _status.setdefault("vllm", {"status": "absent", "looked_for": str(folder)})
+        return None
+    _status["vllm"] = {"status": "loaded", "libraries": loaded, "version": "vllm 0.33.0"}
+    return torch.ops
+
+
 # --- what ran ------------------------------------------------------------------------------------
 
 
@@ -312,6 +389,8 @@ def describe(ran: set[str] | None = None) -> dict:
         if liger or has("liger_kernel")
         else {"status": "absent"},
         "flashinfer": dict(_status.get("flashinfer", {"status": "not requested"})),
+        "sglang": dict(_status.get("sglang", {"status": "not requested"})),
+        "vllm": dict(_status.get("vllm", {"status": "not requested"})),
     }
     for name, info in peers.items():
         info["ran"] = name in ran
