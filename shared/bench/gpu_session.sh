@@ -4,7 +4,10 @@
 #
 #   TESTS="tests/elementwise" [TESTS_K="not compile"] BENCH="elementwise" [QUICK=1] \
 #     [SANITIZE="tests/x.py::t"] [BENCH_TIMEOUT=seconds] [KERNELS_COMMIT=abc1234] \
-#     [STATIC_COMPILE=targets|large|all|none] shared/bench/gpu_session.sh
+#     [STATIC_COMPILE=targets|large|all|none] [PREBUILD="group ..."] shared/bench/gpu_session.sh
+#
+# PREBUILD builds those groups' CUDA modules first, 16 at a time (`kernels-jit build`): the tests
+# and benchmarks then load them from the cache instead of building one after another.
 #
 # STATIC_COMPILE (run.py --static-compile, default targets): the shapes where the torch_compile
 # peer compiles a static graph of its own (~2 s of host time each on the H200's host). `targets`
@@ -45,6 +48,11 @@ if [ -n "${KERNELS_PEER_FLASHINFER:-}" ]; then
   export LD_LIBRARY_PATH=$TVM_FFI_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 status=0
+if [ -n "${PREBUILD:-}" ]; then
+  args=()
+  for g in $PREBUILD; do args+=(--group "$g"); done
+  python3 -m kernels_jit build --jobs 16 "${args[@]}" 2>&1 | tail -5 | tee "$RESULTS/prebuild.log"
+fi
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
   python3 -c "import torch, triton, tvm_ffi; print(torch.__version__, triton.__version__, tvm_ffi.__version__)"

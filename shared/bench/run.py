@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import torch
@@ -139,16 +140,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     copy = harness.copy_gbps()
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy:.0f} GB/s (read + write)")
-    peers.flashinfer()  # load (or record as absent) before the suites ask
+    for load in (peers.flashinfer, peers.sglang, peers.vllm):
+        load()  # load (or record as absent) before the suites ask
     for name, info in peers.describe().items():
         print(f"peer {name}: " + ", ".join(f"{k}={v}" for k, v in info.items() if k != "ran"))
     commit_id = commit()
     results = {}
+    failed = []
     for group in args.group or available_suites():
-        results[group] = run_group(group, args.quick, args.out, copy, commit_id)
+        try:
+            results[group] = run_group(group, args.quick, args.out, copy, commit_id)
+        except Exception as exc:  # one broken suite must not cost the others their results
+            traceback.print_exc()
+            failed.append(f"{group}: {type(exc).__name__}: {exc}")
+            continue
         print(report.markdown(group, results[group]))
     print(report.summary(results))
-    return 0
+    for line in failed:
+        print(f"suite failed: {line}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
