@@ -125,3 +125,117 @@ def test_opcheck():
     kc, vc = torch.zeros(2, 4, 2, 16), torch.zeros(2, 4, 2, 8)
     args = (kc, vc, key, value, torch.tensor([5, -1, 2]), "auto", None, None, None)
     torch.library.opcheck(RESHAPE_AND_CACHE_FLASH.torch_op, args)
+
+
+# ------------------------------------------------------------------------------------------------
+# The CUDA backend against the torch reference on the GPU: caches poisoned first, compared byte
+# for byte; NHD and HND layouts, K/V halves of one tensor, fp8 and uint8 caches, odd shapes.
+
+GPU = pytest.mark.gpu
+
+
+def _poison(t):
+    if t.dtype in (FP8, torch.uint8):
+        t.view(torch.uint8).fill_(0x7F)
+    else:
+        t.fill_(float("nan"))
+    return t
+
+
+def _caches(blocks, bs, heads, d, dv, dtype, layout):
+    """(key_cache, value_cache) [NB, bs, Hk, D] views: separate NHD tensors, HND tensors seen
+    through a permute, or the K/V halves of one [NB, 2, bs, Hk, D] tensor."""
+    if layout == "nhd":
+        kc = torch.empty(blocks, bs, heads, d, dtype=dtype, device="cuda")
+        vc = torch.empty(blocks, bs, heads, dv, dtype=dtype, device="cuda")
+    elif layout == "hnd":
+        kc = torch.empty(blocks, heads, bs, d, dtype=dtype, device="cuda").permute(0, 2, 1, 3)
+        vc = torch.empty(blocks, heads, bs, dv, dtype=dtype, device="cuda").permute(0, 2, 1, 3)
+    else:
+        kv = torch.empty(blocks, 2, bs, heads, d, dtype=dtype, device="cuda")
+        kc, vc = kv[:, 0], kv[:, 1]
+    return _poison(kc), _poison(vc)
+
+
+def _bytes(t):
+    return t.contiguous().view(torch.uint8)
+
+
+def _run_both(key, value, kc, vc, slots, **kw):
+    k_ref, v_ref = kc.clone(), vc.clone()
+    valid = slots.clone()
+    valid[valid >= kc.shape[0] * kc.shape[1]] = -1  # the reference raises; the kernel skips
+    reshape_and_cache_flash(key, value, k_ref, v_ref, valid, backend="torch", **kw)
+    reshape_and_cache_flash(key, value, kc, vc, slots, backend="cuda", **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(_bytes(kc), _bytes(k_ref)) and torch.equal(_bytes(vc), _bytes(v_ref))
+
+
+@GPU
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize(
+    ("n", "blocks", "bs", "heads", "d", "dv"),
+    [(1, 1, 1, 1, 8, 8), (6, 4, 16, 2, 64, 64), (11, 3, 5, 8, 24, 40), (20, 2, 16, 1, 256, 128),
+     (300, 40, 16, 8, 128, 128), (77, 9, 64, 3, 7, 5)],
+)  # fmt: skip
+@pytest.mark.parametrize("layout", ("nhd", "hnd", "halves"))
+@pytest.mark.parametrize("cache", ("auto", "fp8", "uint8"))
+def test_cuda_matches_reference(dtype, n, blocks, bs, heads, d, dv, layout, cache):
+    if layout == "halves" and d != dv:
+        dv = d
+    key = randn(n, heads, d, dtype=dtype, device="cuda", seed=1, scale=20)
+    value = randn(n, heads, dv, dtype=dtype, device="cuda", seed=2)
+    cache_dtype = {"auto": dtype, "fp8": FP8, "uint8": torch.uint8}[cache]
+    kc, vc = _caches(blocks, bs, heads, d, dv, cache_dtype, layout)
+    slots = torch.randperm(blocks * bs, generator=torch.Generator().manual_seed(n))[:n]
+    slots[n // 2] = -1
+    kw = {}
+    if cache != "auto":
+        kw = {"kv_cache_dtype": "fp8", "k_scale": torch.tensor([0.3], device="cuda")}
+    _run_both(key, value, kc, vc, slots.cuda(), **kw)
+
+
+@GPU
+def test_cuda_strided_inputs_int32_slots_and_out_of_range():
+    qkv = randn(50, 12, 64, dtype=torch.bfloat16, device="cuda", seed=5)
+    key, value = qkv[:, 4:8], qkv[:, 8:12]
+    kc, vc = _caches(8, 16, 4, 64, 64, torch.bfloat16, "halves")
+    slots = torch.randperm(128, generator=torch.Generator().manual_seed(5))[:50]
+    slots[3], slots[4], slots[9] = 128, 10**6, -1
+    _run_both(key, value, kc, vc, slots.to(torch.int32).cuda())
+
+
+@GPU
+def test_cuda_graph_capture_and_compile():
+    key = randn(16, 8, 128, dtype=torch.bfloat16, device="cuda", seed=6)
+    value = randn(16, 8, 128, dtype=torch.bfloat16, device="cuda", seed=7)
+    kc, vc = _caches(4, 16, 8, 128, 128, torch.bfloat16, "nhd")
+    slots = torch.randperm(64, device="cuda")[:16]
+    reshape_and_cache_flash(key, value, kc, vc, slots)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        reshape_and_cache_flash(key, value, kc, vc, slots)
+    key.copy_(randn(16, 8, 128, dtype=torch.bfloat16, device="cuda", seed=8))
+    graph.replay()
+    torch.cuda.synchronize()
+    flat_k = kc.reshape(64, 8, 128)
+    assert torch.equal(flat_k[slots], key)
+
+    def write(key, value, kc, vc, slots):
+        reshape_and_cache_flash(key * 2, value, kc, vc, slots)
+
+    torch.compile(write, fullgraph=True)(key, value, kc, vc, slots)
+    assert torch.equal(flat_k[slots], key * 2)
+
+
+@GPU
+def test_cuda_opcheck():
+    from kernels_kvcache.ops.reshape_and_cache_flash import RESHAPE_AND_CACHE_FLASH
+
+    key = randn(3, 2, 16, device="cuda", seed=1)
+    value = randn(3, 2, 8, device="cuda", seed=2)
+    kc = torch.zeros(2, 4, 2, 16, device="cuda")
+    vc = torch.zeros(2, 4, 2, 8, device="cuda")
+    slots = torch.tensor([5, -1, 2], device="cuda")
+    args = (kc, vc, key, value, slots, "auto", None, None, None)
+    torch.library.opcheck(RESHAPE_AND_CACHE_FLASH.torch_op, args)

@@ -118,3 +118,91 @@ def test_torch_compile_fullgraph_aot():
 
     torch.compile(write, fullgraph=True, backend="aot_eager")(buf, loc, nope, rope)
     assert torch.equal(buf, expected)
+
+
+# ------------------------------------------------------------------------------------------------
+# The CUDA backend against the torch reference on the GPU: buffers poisoned first, compared byte
+# for byte; DeepSeek 512 + 64 and odd widths, 2-D/3-D layouts, strided views, fp8 with a scale.
+
+GPU = pytest.mark.gpu
+
+
+def _poisoned(shape, dtype):
+    buf = torch.empty(*shape, dtype=dtype, device="cuda")
+    buf.view(torch.uint8).fill_(0x7F) if dtype == FP8 else buf.fill_(float("nan"))
+    return buf
+
+
+def _run_both(buf, loc, nope, rope, **kw):
+    ref = buf.clone()
+    valid = loc.clone()
+    valid[valid >= buf.shape[0]] = -1  # the reference raises; the kernel skips
+    set_mla_kv_buffer(ref, valid, nope, rope, backend="torch", **kw)
+    set_mla_kv_buffer(buf, loc, nope, rope, backend="cuda", **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(buf.view(torch.uint8), ref.view(torch.uint8))
+
+
+@GPU
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize(
+    ("n", "s", "dn", "dr"), [(1, 2, 512, 64), (7, 32, 512, 64), (5, 9, 13, 3), (700, 1031, 512, 64)]
+)
+@pytest.mark.parametrize("three_d", (False, True))
+@pytest.mark.parametrize("fp8", (False, True), ids=("same", "fp8"))
+@pytest.mark.parametrize("index_dtype", (torch.int32, torch.int64), ids=str)
+def test_cuda_matches_reference(dtype, n, s, dn, dr, three_d, fp8, index_dtype):
+    shape = (n, 1) if three_d else (n,)
+    nope = randn(*shape, dn, dtype=dtype, device="cuda", seed=1, scale=40)
+    rope = randn(*shape, dr, dtype=dtype, device="cuda", seed=2)
+    buf = _poisoned((s, 1, dn + dr) if three_d else (s, dn + dr), FP8 if fp8 else dtype)
+    loc = torch.randperm(s, generator=torch.Generator().manual_seed(n))[:n]
+    loc[0] = -1
+    kw = {"scale": torch.tensor([0.11], device="cuda")} if fp8 else {}
+    _run_both(buf, loc.to(index_dtype).cuda(), nope, rope, **kw)
+
+
+@GPU
+@pytest.mark.parametrize("dtype", (torch.bfloat16, FP8), ids=str)
+def test_cuda_strided_views_and_out_of_range(dtype):
+    latent = randn(37, 1, 600, dtype=torch.bfloat16, device="cuda", seed=6)
+    nope, rope = latent[..., :512], latent[..., 512:576]
+    buf = _poisoned((64, 1, 576), dtype)
+    loc = torch.randperm(64, generator=torch.Generator().manual_seed(6))[:37]
+    loc[2], loc[3] = 64, 2**33
+    _run_both(buf, loc.cuda(), nope, rope)
+    odd = latent[..., 1:513]  # misaligned by one element: the scalar path
+    _run_both(_poisoned((64, 1, 576), dtype), loc.cuda(), odd, rope)
+
+
+@GPU
+def test_cuda_graph_capture_and_compile():
+    nope = randn(16, 512, dtype=torch.bfloat16, device="cuda", seed=1)
+    rope = randn(16, 64, dtype=torch.bfloat16, device="cuda", seed=2)
+    buf = _poisoned((128, 576), torch.bfloat16)
+    loc = torch.randperm(128, device="cuda")[:16]
+    set_mla_kv_buffer(buf, loc, nope, rope)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        set_mla_kv_buffer(buf, loc, nope, rope)
+    nope.copy_(randn(16, 512, dtype=torch.bfloat16, device="cuda", seed=3))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(buf[loc], torch.cat((nope, rope), dim=-1))
+
+    def write(b, l, n, r):
+        set_mla_kv_buffer(b, l, n * 2, r)
+
+    torch.compile(write, fullgraph=True)(buf, loc, nope, rope)
+    assert torch.equal(buf[loc, :512], nope * 2)
+
+
+@GPU
+def test_cuda_opcheck():
+    from kernels_kvcache.ops.set_mla_kv_buffer import SET_MLA_KV_BUFFER
+
+    buf = torch.zeros(6, 1, 24, dtype=torch.bfloat16, device="cuda")
+    nope = randn(3, 1, 16, dtype=torch.bfloat16, device="cuda")
+    rope = randn(3, 1, 8, dtype=torch.bfloat16, device="cuda", seed=1)
+    loc = torch.tensor([4, -1, 0], device="cuda")
+    torch.library.opcheck(SET_MLA_KV_BUFFER.torch_op, (buf, loc, nope, rope, None, None))

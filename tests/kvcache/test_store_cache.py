@@ -157,3 +157,111 @@ def test_torch_compile_fullgraph():
     total = torch.compile(write, fullgraph=True)(k, v, k_cache, v_cache, idx)
     assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
     assert_close(total, k_ref.sum())
+
+
+# ------------------------------------------------------------------------------------------------
+# The CUDA backend against the torch reference on the GPU: caches poisoned first (NaN, or the fp8
+# NaN byte), compared byte for byte, so a write to a wrong slot or a missed row shows.
+
+GPU = pytest.mark.gpu
+
+
+def _poisoned(s, w, dtype, device="cuda"):
+    cache = torch.empty(s, w, dtype=dtype, device=device)
+    cache.view(torch.uint8).fill_(0x7F) if dtype == FP8 else cache.fill_(float("nan"))
+    return cache
+
+
+def _bytes(t):
+    return t.contiguous().view(torch.uint8)
+
+
+def _run_both(k, v, k_cache, v_cache, idx, **kw):
+    """Run the torch reference on clones and the CUDA backend in place; assert equal bytes."""
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    valid = idx.clone()
+    valid[valid >= k_cache.shape[0]] = -1  # the reference raises on these; the kernel skips them
+    store_cache(k, v, k_ref, v_ref, valid, backend="torch", **kw)
+    store_cache(k, v, k_cache, v_cache, idx, backend="cuda", **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(_bytes(k_cache), _bytes(k_ref))
+    assert torch.equal(_bytes(v_cache), _bytes(v_ref))
+
+
+@GPU
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize(
+    ("n", "wk", "wv", "s"),
+    [(1, 1024, 1024, 4), (7, 1024, 1024, 64), (13, 96, 40, 30), (5, 3, 5, 9), (517, 1024, 1024,
+     4099), (33, 1000, 8, 50), (64, 2048, 576, 333)],
+)  # fmt: skip
+@pytest.mark.parametrize("index_dtype", (torch.int32, torch.int64), ids=str)
+@pytest.mark.parametrize("fp8", (False, True), ids=("same", "fp8"))
+def test_cuda_matches_reference(dtype, n, wk, wv, s, index_dtype, fp8):
+    k = randn(n, wk, dtype=dtype, device="cuda", seed=1, scale=30)
+    v = randn(n, wv, dtype=dtype, device="cuda", seed=2)
+    cache_dtype = FP8 if fp8 else dtype
+    k_cache, v_cache = _poisoned(s, wk, cache_dtype), _poisoned(s, wv, cache_dtype)
+    idx = _slots(n, s, seed=n).to(index_dtype).cuda()
+    scales = {}
+    if fp8:
+        scales = {"k_scale": torch.tensor([0.07], device="cuda"), "v_scale": None}
+    _run_both(k, v, k_cache, v_cache, idx, **scales)
+
+
+@GPU
+def test_cuda_skip_index_out_of_range_and_strided_views():
+    qkv = randn(40, 3 * 128, dtype=torch.bfloat16, device="cuda", seed=3)
+    k, v = qkv[:, 128:256], qkv[:, 256:]
+    pool = torch.full((64, 2, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
+    idx = torch.randperm(64, generator=torch.Generator().manual_seed(3))[:40]
+    idx[5], idx[6], idx[7] = 64, 2**40, -7  # out of range (skipped on the GPU), padding
+    _run_both(k, v, pool[:, 0], pool[:, 1], idx.cuda(), skip_index=int(idx[0]))
+
+
+@GPU
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+def test_cuda_misaligned_rows_take_scalar_path(dtype):
+    from shared.testing.inputs import misaligned
+
+    k = misaligned(randn(9, 128, dtype=dtype, device="cuda", seed=4))
+    v = randn(9, 128, dtype=dtype, device="cuda", seed=5)
+    k_cache, v_cache = _poisoned(20, 128, dtype), _poisoned(20, 128, dtype)
+    _run_both(k, v, k_cache, v_cache, torch.arange(9, device="cuda") * 2)
+    k8, v8 = _poisoned(20, 128, FP8), _poisoned(20, 128, FP8)
+    _run_both(k, v, k8, v8, torch.arange(9, device="cuda") * 2, v_scale=torch.ones(1).cuda() * 3)
+
+
+@GPU
+def test_cuda_graph_capture_and_compile():
+    k = randn(16, 1024, dtype=torch.bfloat16, device="cuda", seed=6)
+    v = randn(16, 1024, dtype=torch.bfloat16, device="cuda", seed=7)
+    k_cache, v_cache = _poisoned(64, 1024, torch.bfloat16), _poisoned(64, 1024, torch.bfloat16)
+    idx = torch.randperm(64, device="cuda")[:16]
+    store_cache(k, v, k_cache, v_cache, idx)  # build and load outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        store_cache(k, v, k_cache, v_cache, idx)
+    k.copy_(randn(16, 1024, dtype=torch.bfloat16, device="cuda", seed=8))
+    idx.copy_(torch.randperm(64, device="cuda")[:16])
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(k_cache[idx.long()], k) and torch.equal(v_cache[idx.long()], v)
+
+    def write(k, v, k_cache, v_cache, idx):
+        store_cache(k * 2, v, k_cache, v_cache, idx)
+
+    torch.compile(write, fullgraph=True)(k, v, k_cache, v_cache, idx)
+    assert torch.equal(k_cache[idx.long()], k * 2)
+
+
+@GPU
+def test_cuda_opcheck():
+    from kernels_kvcache.ops.store_cache import STORE_CACHE
+
+    k = randn(5, 32, dtype=torch.bfloat16, device="cuda")
+    v = randn(5, 16, dtype=torch.bfloat16, device="cuda", seed=1)
+    kc = torch.zeros(8, 32, dtype=torch.bfloat16, device="cuda")
+    vc = torch.zeros(8, 16, dtype=torch.bfloat16, device="cuda")
+    idx = torch.tensor([7, 1, -1, 3, 0], device="cuda")
+    torch.library.opcheck(STORE_CACHE.torch_op, (kc, vc, k, v, idx, None, None, -1, None))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels_quantization import per_tensor_quant_fp8
+from kernels_quantization import per_tensor_quant_fp8, reference
 from shared.testing.inputs import randn, row_strided
 
 # opcheck's test_schema compares tensors with torch.allclose, which has no fp8 kernel in torch
@@ -92,3 +92,106 @@ def test_opcheck_static_and_dynamic():
     torch.library.opcheck(
         PER_TENSOR_QUANT_FP8.torch_op, (q, torch.tensor([0.1]), x, True, None), test_utils=NO_SCHEMA
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The CUDA backend against the reference (GPU): bit-exact q and s, outputs poisoned first.
+
+GPU = pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)
+# One fused block (<= 4096 vectors), the memset + atomic-max sweep + reversed quantize pass
+# (larger), flat tails (sizes not in whole vectors), 3-D inputs.
+GPU_SHAPES = (
+    (1,),
+    (7,),
+    (1, 7168),
+    (7, 9),
+    (3, 5, 129),
+    (4096, 8),
+    (16, 7168),
+    (1, 32776),
+    (129, 4097),
+    (512, 7168),
+)
+
+
+def _fp8_equal(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    torch.testing.assert_close(
+        actual.float().cpu(), expected.float().cpu(), rtol=0, atol=0, equal_nan=True
+    )
+
+
+def _run_both(x: torch.Tensor, scale: torch.Tensor | None = None, out: torch.Tensor | None = None):
+    q_ref, s_ref = reference.per_tensor_quant_fp8(x, scale)
+    q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device) if out is None else out
+    q.view(torch.uint8).fill_(0x7F)  # poison: NaN codes
+    q, s = per_tensor_quant_fp8(x, scale=scale, out=q, backend="cuda")
+    _fp8_equal(q, q_ref)
+    torch.testing.assert_close(s.cpu(), s_ref.cpu(), rtol=0, atol=0, equal_nan=True)
+    return q, s
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("static", (False, True))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=str)
+def test_cuda_matches_reference(device, static, dtype, shape):
+    x = randn(*shape, dtype=dtype, device=device, seed=sum(shape), scale=20.0)
+    scale = torch.tensor([0.03], device=device) if static else None
+    _run_both(x, scale)
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("static", (False, True))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_strided_and_misaligned(device, static, dtype):
+    scale = torch.tensor([0.05], device=device) if static else None
+    base = randn(33, 4096 + 24, dtype=dtype, device=device, seed=7, scale=9.0)
+    _run_both(base[:, :4096], scale)  # row-strided: row mode, vectors
+    _run_both(base[:, 1:4097], scale)  # misaligned rows: row mode, scalars
+    _run_both(base.view(-1)[1:5001], scale)  # contiguous but misaligned: flat scalars
+    x3 = randn(3, 12, 256, dtype=dtype, device=device, seed=8)[:, :11]  # two row levels
+    _run_both(x3, scale)
+    wide = torch.empty(33, 4096 + 64, dtype=torch.float8_e4m3fn, device=device)
+    _run_both(base[:, 8:4104], scale, out=wide[:, 16:4112])
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("n", (300, 70000))  # the fused block and the two-pass path
+def test_cuda_edge_values(device, n):
+    _run_both(torch.zeros(n, device=device))  # floor scale, q = 0
+    x = randn(n, device=device, seed=3)
+    x[n // 2] = float("nan")
+    _run_both(x)  # a NaN anywhere: s and q NaN, as the reference
+    x = randn(n, device=device, seed=3)
+    x[n // 3] = float("inf")
+    x[n // 2] = 3e38
+    _run_both(x, torch.tensor([1.0], device=device))  # static: saturates to +-448
+    _run_both(x)
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("shape", ((1, 7168), (256, 7168)))
+def test_cuda_graph_capture(device, shape):
+    """Dynamic: the scale is re-zeroed inside the graph on every replay."""
+    x = randn(*shape, dtype=torch.bfloat16, device=device, seed=5, scale=100.0)
+    per_tensor_quant_fp8(x)  # build and warm up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, s = per_tensor_quant_fp8(x)
+    for seed, scale in ((6, 0.5), (7, 0.1)):  # a smaller absmax than the capture's
+        x.copy_(randn(*shape, dtype=torch.bfloat16, device=device, seed=seed, scale=scale))
+        graph.replay()
+        torch.cuda.synchronize()
+        q_ref, s_ref = reference.per_tensor_quant_fp8(x)
+        _fp8_equal(q, q_ref)
+        torch.testing.assert_close(s, s_ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", (GPU,))
+def test_cuda_torch_compile_fullgraph(device):
+    x = randn(64, 7168, dtype=torch.bfloat16, device=device)
+    compiled = torch.compile(lambda t: per_tensor_quant_fp8(t * 2), fullgraph=True)
+    q, s = compiled(x)
+    q_ref, s_ref = reference.per_tensor_quant_fp8(x * 2)
+    _fp8_equal(q, q_ref)
+    torch.testing.assert_close(s, s_ref, rtol=0, atol=0)

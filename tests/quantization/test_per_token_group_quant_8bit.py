@@ -227,3 +227,136 @@ def test_torch_compile_fullgraph_aot():
     q, s = torch.compile(fn, fullgraph=True, backend="aot_eager")(x)
     q_ref, s_ref = reference.per_token_group_quant_8bit(x, 64, FP8, 1e-10, True)
     assert torch.equal(s, s_ref) and torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
+
+
+# ---------------------------------------------------------------------------------------------
+# The CUDA backend against the reference (GPU): bit-exact q and s in every layout, outputs
+# poisoned first.
+
+GPU = pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)
+LAYOUTS = {
+    "row": {},
+    "col": {"column_major_scales": True},
+    "tma": {"column_major_scales": True, "scale_tma_aligned": True},
+    "tma_ue8m0": {"column_major_scales": True, "scale_tma_aligned": True, "scale_ue8m0": True},
+    "packed": {
+        "column_major_scales": True,
+        "scale_tma_aligned": True,
+        "scale_ue8m0": True,
+        "pack_ue8m0": True,
+    },
+    "row_ue8m0": {"scale_ue8m0": True},
+}
+
+
+def _q_equal(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    if actual.dtype == torch.int8:
+        assert torch.equal(actual.cpu(), expected.cpu())
+    else:
+        torch.testing.assert_close(
+            actual.float().cpu(), expected.float().cpu(), rtol=0, atol=0, equal_nan=True
+        )
+
+
+def _run_both(x, group_size, *, dst_dtype=FP8, out_q=None, eps=1e-10, **layout):
+    """The CUDA backend (poisoned outputs) against the torch backend in the same layout."""
+    kw = {"dst_dtype": dst_dtype, "eps": eps, **layout}
+    q_ref, s_ref = per_token_group_quant_8bit(x, group_size, backend="torch", **kw)
+    if out_q is None:
+        out_q = torch.empty(x.shape, dtype=dst_dtype, device=x.device)
+    out_q.view(torch.uint8).fill_(0x7F)
+    s_poison = per_token_group_quant_8bit(x, group_size, backend="torch", **kw)[1]  # same layout
+    s_poison.fill_(-12345 if s_poison.dtype == torch.int32 else float("nan"))
+    q, s = per_token_group_quant_8bit(
+        x, group_size, backend="cuda", out_q=out_q, out_s=s_poison, **kw
+    )
+    assert s.stride() == s_ref.stride()
+    _q_equal(q, q_ref)
+    if s.dtype == torch.int32:
+        assert torch.equal(s.cpu(), s_ref.cpu())
+    else:
+        torch.testing.assert_close(s.cpu(), s_ref.cpu(), rtol=0, atol=0, equal_nan=True)
+    # The reference itself (row-major, float) agrees with the torch backend.
+    if not layout:
+        q0, _ = reference.per_token_group_quant_8bit(x, group_size, dst_dtype, eps, False)
+        _q_equal(q, q0)
+    return q, s
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("dst_dtype", (FP8, torch.int8), ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("group_size", (16, 32, 64, 128, 256))
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_cuda_matches_torch_every_layout(device, dst_dtype, dtype, group_size, layout):
+    for m, groups in ((1, 1), (5, 3), (7, 9), (33, 56 * 128 // group_size)):
+        x = randn(m, groups * group_size, dtype=dtype, device=device, seed=m + groups, scale=4.0)
+        _run_both(x, group_size, dst_dtype=dst_dtype, **LAYOUTS[layout])
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_cuda_decode_and_prefill_shapes(device, layout):
+    for m in (1, 16, 127, 1024):
+        x = randn(m, 7168, dtype=torch.bfloat16, device=device, seed=m)
+        _run_both(x, 128, **LAYOUTS[layout])
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", ("row", "tma", "packed"))
+def test_cuda_strided_misaligned_3d(device, dtype, layout):
+    flags = LAYOUTS[layout]
+    base = randn(11, 1024 + 32, dtype=dtype, device=device, seed=3, scale=6.0)
+    _run_both(base[:, :1024], 128, **flags)  # row-strided input
+    _run_both(base[:, 1:1025], 128, **flags)  # misaligned rows: the scalar kernel
+    wide = torch.empty(11, 1024 + 64, dtype=FP8, device=device)
+    _run_both(base[:, 8:1032], 64, out_q=wide[:, 16:1040], **flags)
+    _run_both(base[:, 8:1032], 64, out_q=wide[:, 1:1025], **flags)  # misaligned out_q
+    x3 = randn(3, 5, 512, dtype=dtype, device=device, seed=4)  # [E, M, K]: two row levels
+    _run_both(x3, 128, **flags)
+    _run_both(randn(4, 7, 384, dtype=dtype, device=device, seed=5)[:, 1:6], 32, **flags)
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("dst_dtype", (FP8, torch.int8), ids=str)
+def test_cuda_edge_values(device, dst_dtype):
+    x = randn(3, 512, device=device, seed=2)
+    x[0, :128] = 0.0  # eps floor
+    if dst_dtype == FP8:  # int8 of NaN is unspecified (torch's cast)
+        x[1, 130] = float("nan")
+    x[2, 300] = 3e38
+    for layout in ("row", "packed"):
+        for eps in (1e-10, 0.5, 1e-40):
+            _run_both(x, 128, dst_dtype=dst_dtype, eps=eps, **LAYOUTS[layout])
+
+
+@pytest.mark.parametrize("device", (GPU,))
+def test_cuda_graph_capture(device):
+    x = randn(64, 7168, dtype=torch.bfloat16, device=device, seed=5)
+    flags = LAYOUTS["packed"]
+    per_token_group_quant_8bit(x, 128, **flags)  # build and warm up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, s = per_token_group_quant_8bit(x, 128, **flags)
+    x.copy_(randn(64, 7168, dtype=torch.bfloat16, device=device, seed=6))
+    graph.replay()
+    torch.cuda.synchronize()
+    q_ref, s_ref = per_token_group_quant_8bit(x, 128, backend="torch", **flags)
+    _q_equal(q, q_ref)
+    assert torch.equal(s, s_ref)
+
+
+@pytest.mark.parametrize("device", (GPU,))
+def test_cuda_torch_compile_fullgraph(device):
+    x = randn(16, 7168, dtype=torch.bfloat16, device=device)
+
+    def fn(t):
+        return per_token_group_quant_8bit(
+            t * 2, 128, column_major_scales=True, scale_tma_aligned=True, scale_ue8m0=True
+        )
+
+    q, s = torch.compile(fn, fullgraph=True)(x)
+    q_ref, s_ref = reference.per_token_group_quant_8bit(x * 2, 128, FP8, 1e-10, True)
+    _q_equal(q, q_ref)
+    assert torch.equal(s, s_ref)

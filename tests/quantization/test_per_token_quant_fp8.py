@@ -108,3 +108,93 @@ def test_torch_compile_fullgraph():
     q_ref, s_ref = reference.per_token_quant_fp8(x * 2)
     assert_close(s, s_ref)
     assert_close(q.float(), q_ref.float())
+
+
+# ---------------------------------------------------------------------------------------------
+# The CUDA backend against the reference (GPU): bit-exact q and s, outputs poisoned first.
+
+GPU = pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)
+# Register kernels of 1/2/4/8 vectors per thread (few and many rows), the vector loop kernel
+# (rows past 4096 vectors), the scalar loop kernel (widths not in whole vectors).
+GPU_SHAPES = (
+    (1, 8),
+    (3, 24),
+    (1, 7168),
+    (16, 7168),
+    (300, 7168),
+    (5, 1024),
+    (7, 9),
+    (13, 333),
+    (2, 32776),
+    (1, 65536),
+)
+
+
+def _fp8_equal(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    torch.testing.assert_close(
+        actual.float().cpu(), expected.float().cpu(), rtol=0, atol=0, equal_nan=True
+    )
+
+
+def _run_both(x: torch.Tensor, out: torch.Tensor | None = None):
+    q_ref, s_ref = reference.per_token_quant_fp8(x)
+    q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device) if out is None else out
+    q.view(torch.uint8).fill_(0x7F)  # poison: NaN codes
+    q, s = per_token_quant_fp8(x, out=q, backend="cuda")
+    _fp8_equal(q, q_ref)
+    torch.testing.assert_close(s.cpu(), s_ref.cpu(), rtol=0, atol=0, equal_nan=True)
+    return q, s
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=str)
+def test_cuda_matches_reference(device, dtype, shape):
+    _run_both(randn(*shape, dtype=dtype, device=device, seed=shape[1], scale=5.0))
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_strided_misaligned_and_out_views(device, dtype):
+    base = randn(9, 7168 + 24, dtype=dtype, device=device, seed=4)
+    _run_both(base[:, :7168])  # row-strided, aligned: the vector kernels
+    _run_both(base[:, 1:7169])  # misaligned rows: the scalar loop kernel
+    wide = torch.empty(9, 7168 + 64, dtype=torch.float8_e4m3fn, device=device)
+    _run_both(base[:, 8:7176], out=wide[:, 16:7184])
+    _run_both(base[:, 8:7176], out=wide[:, 3:7171])  # misaligned out: scalar path
+
+
+@pytest.mark.parametrize("device", (GPU,))
+def test_cuda_edge_values(device):
+    x = randn(4, 512, device=device, seed=2)
+    x[0] = 0.0  # floor scale, q = 0
+    x[1, 7] = float("nan")  # NaN propagates through the row, as in the reference
+    x[2, 9] = float("inf")
+    x[3, 5] = 3e38
+    _run_both(x)
+    _run_both(x.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("device", (GPU,))
+def test_cuda_graph_capture(device):
+    x = randn(64, 7168, dtype=torch.bfloat16, device=device, seed=5)
+    q, s = per_token_quant_fp8(x)  # build and warm up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, s = per_token_quant_fp8(x)
+    x.copy_(randn(64, 7168, dtype=torch.bfloat16, device=device, seed=6))
+    graph.replay()
+    torch.cuda.synchronize()
+    q_ref, s_ref = reference.per_token_quant_fp8(x)
+    _fp8_equal(q, q_ref)
+    torch.testing.assert_close(s, s_ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", (GPU,))
+def test_cuda_torch_compile_fullgraph(device):
+    x = randn(8, 7168, dtype=torch.bfloat16, device=device)
+    compiled = torch.compile(lambda t: per_token_quant_fp8(t * 2), fullgraph=True)
+    q, s = compiled(x)
+    q_ref, s_ref = reference.per_token_quant_fp8(x * 2)
+    _fp8_equal(q, q_ref)
+    torch.testing.assert_close(s, s_ref, rtol=0, atol=0)

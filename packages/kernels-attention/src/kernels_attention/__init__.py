@@ -13,11 +13,11 @@ from kernels_jit.registry import FLOATS, lazy_ops, op, register_group
 OPS = register_group(
     __name__,
     op("rope_inplace", "rotary embedding in place from a cos/sin cache; NeoX/GPT-J, partial",
-       dtypes=FLOATS),
+       "cuda", dtypes=FLOATS),
     op("merge_state", "merge two partial attention outputs by their (natural-log) LSE",
-       dtypes=FLOATS),
+       "cuda", dtypes=FLOATS),
     op("concat_mla_k", "MLA key [T, H, nope+rope] from per-head nope and a shared rope part",
-       dtypes=(*FLOATS, "float8_e4m3fn")),
+       "cuda", dtypes=(*FLOATS, "float8_e4m3fn")),
 )  # fmt: skip
 
 __all__ = ["OPS", "__version__", "concat_mla_k", "merge_state", "rope_inplace"]

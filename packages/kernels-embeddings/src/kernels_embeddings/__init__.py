@@ -13,9 +13,9 @@ from kernels_jit.registry import FLOATS, lazy_ops, op, register_group
 OPS = register_group(
     __name__,
     op("vocab_parallel_embedding", "embedding rows of this shard's vocab range (and added "
-       "tokens), zeros elsewhere", dtypes=FLOATS),
+       "tokens), zeros elsewhere", "cuda", dtypes=FLOATS),
     op("scatter_embeddings", "place multimodal embeddings into the text embeddings at "
-       "placeholder positions", dtypes=FLOATS),
+       "placeholder positions", "cuda", dtypes=FLOATS),
 )  # fmt: skip
 
 __all__ = ["OPS", "__version__", "scatter_embeddings", "vocab_parallel_embedding"]

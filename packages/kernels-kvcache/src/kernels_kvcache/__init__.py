@@ -13,10 +13,11 @@ from kernels_kvcache.version import __version__
 OPS = register_group(
     __name__,
     op("store_cache", "write K/V rows into token-major caches at slots, optional fp8",
-       dtypes=FLOATS),
+       "cuda", dtypes=FLOATS),
     op("reshape_and_cache_flash", "write K/V into a paged [blocks, block_size, H, D] cache by "
-       "slot mapping", dtypes=FLOATS),
-    op("set_mla_kv_buffer", "write packed [nope | rope] MLA latent rows at slots", dtypes=FLOATS),
+       "slot mapping", "cuda", dtypes=FLOATS),
+    op("set_mla_kv_buffer", "write packed [nope | rope] MLA latent rows at slots", "cuda",
+       dtypes=FLOATS),
 )  # fmt: skip
 
 __all__ = ["OPS", "__version__", "reshape_and_cache_flash", "set_mla_kv_buffer", "store_cache"]

@@ -6,10 +6,28 @@ from __future__ import annotations
 import torch
 
 from kernels_attention import reference
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
-from kernels_jit.validation import check_out, check_same_device, check_tensor
+from kernels_jit.loader import CompiledFunction
+from kernels_jit.validation import (
+    check_disjoint,
+    check_out,
+    check_same_device,
+    check_tensor,
+    compiled_path,
+)
 
 OP_ID = "attention.merge_state"
+
+MERGE_STATE_CUDA = ModuleSpec(
+    name="merge_state",
+    package="kernels_attention",
+    sources=("csrc/merge_state.cuh",),
+    exports=(("merge_state", "merge_state"),),
+    description="CUDA: one thread per 16-byte pack of v (or per element), LSEs per thread",
+)
+
+_merge_state_cuda = CompiledFunction(MERGE_STATE_CUDA, "merge_state")
 
 
 def _merge_state_torch(
@@ -49,14 +67,37 @@ def merge_state(
     ----------
     v_a, v_b : [T, H, D] float16, bfloat16 or float32 (the same); last dim contiguous.
     s_a, s_b : [T, H] float32 natural-log LSE; any strides (a transposed [H, T] buffer is fine).
-    out : optional destination [T, H, D] of the dtype of v_a (may be a strided view).
-    out_lse : optional destination [T, H] float32 (may be a strided view).
+    out : optional destination [T, H, D] of the dtype of v_a (may be a strided view); may be v_a
+        or v_b itself, must not partly overlap them.
+    out_lse : optional destination [T, H] float32 (may be a strided view); must not overlap s_a,
+        s_b or out.
     backend : force a backend by name instead of the best eligible one.
 
     Returns
     -------
     (v [T, H, D], s [T, H] float32)
     """
+    # On the CUDA fast path the compiled function checks shapes, dtypes, strides, devices and
+    # overlaps itself (kernels_jit.validation.compiled_path says why Python does not repeat them).
+    fast = compiled_path(backend, v_a, DTYPES)
+    if not fast:
+        _check(v_a, s_a, v_b, s_b)
+    if out is None:
+        out = torch.empty(v_a.shape, dtype=v_a.dtype, device=v_a.device)
+    elif not fast:
+        check_out(OP_ID, out, like=v_a)
+    if out_lse is None:
+        out_lse = torch.empty(v_a.shape[:2], dtype=torch.float32, device=v_a.device)
+    elif not fast:
+        check_out(OP_ID, out_lse, like=s_a, arg="out_lse")
+        for arg, s in (("s_a", s_a), ("s_b", s_b), ("out", out)):
+            check_disjoint(OP_ID, "out_lse", out_lse, arg, s)
+    if fast or out_lse.numel():
+        MERGE_STATE.run(out, out_lse, v_a, s_a, v_b, s_b, backend=backend)
+    return out, out_lse
+
+
+def _check(v_a: object, s_a: object, v_b: object, s_b: object) -> None:
     check_tensor(OP_ID, "v_a", v_a, dtypes=DTYPES, ndim=3, last_dim_contiguous=True)
     check_tensor(OP_ID, "v_b", v_b, dtypes=(v_a.dtype,), ndim=3, last_dim_contiguous=True)
     check_tensor(OP_ID, "s_a", s_a, dtypes=(torch.float32,), ndim=2)
@@ -72,17 +113,6 @@ def merge_state(
                 f"{OP_ID}: {arg} must have shape {lse_shape} ([T, H] of v_a), got {tuple(s.shape)}"
             )
     check_same_device(OP_ID, v_a=v_a, s_a=s_a, v_b=v_b, s_b=s_b)
-    if out is None:
-        out = torch.empty(v_a.shape, dtype=v_a.dtype, device=v_a.device)
-    else:
-        check_out(OP_ID, out, like=v_a)
-    if out_lse is None:
-        out_lse = torch.empty(lse_shape, dtype=torch.float32, device=v_a.device)
-    else:
-        check_out(OP_ID, out_lse, like=s_a, arg="out_lse")
-    if out_lse.numel():
-        MERGE_STATE.run(out, out_lse, v_a, s_a, v_b, s_b, backend=backend)
-    return out, out_lse
 
 
 def _merge_state_samples(device: torch.device) -> list[tuple[tuple, dict]]:

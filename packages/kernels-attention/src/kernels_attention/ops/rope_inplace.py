@@ -1,17 +1,35 @@
-"""attention.rope_inplace: rotary position embedding applied in place to q and k from an fp32
-cos/sin cache (cos in the first half of each row, sin in the second), NeoX or GPT-J pairing,
-partial rotary dim."""
+"""attention.rope_inplace: rotary position embedding applied in place to q and k from a float32
+or bfloat16 cos/sin cache (cos in the first half of each row, sin in the second), NeoX or GPT-J
+pairing, partial rotary dim.
+
+Positions outside [0, max_pos): the torch backend raises ValueError before writing anything (it
+reads the positions on the host); the CUDA backend never synchronises with the host, so it skips
+such a token instead: that token's q and k rows are left untouched, every other token is rotated.
+"""
 
 from __future__ import annotations
 
 import torch
 
 from kernels_attention import reference
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_same_device, check_tensor
 
 OP_ID = "attention.rope_inplace"
 POSITION_DTYPES = (torch.int32, torch.int64)
+CACHE_DTYPES = (torch.float32, torch.bfloat16)
+
+ROPE_INPLACE_CUDA = ModuleSpec(
+    name="rope_inplace",
+    package="kernels_attention",
+    sources=("csrc/rope_inplace.cuh",),
+    exports=(("rope_inplace", "rope_inplace"),),
+    description="CUDA: 16-byte packs of both pair halves, cos/sin once per thread for 1-4 heads",
+)
+
+_rope_inplace_cuda = CompiledFunction(ROPE_INPLACE_CUDA, "rope_inplace")
 
 
 def _rope_inplace_torch(
@@ -68,9 +86,12 @@ def rope_inplace(
     ----------
     q : [T, Hq, D] or [T, Hq*D] [inout] float16, bfloat16 or float32; last dim contiguous, any
         row stride (e.g. a view into a fused qkv buffer).
-    k : [T, Hk, D] or [T, Hk*D] [inout] of the dtype of q, or None (q only).
-    cos_sin_cache : [max_pos, R] float32, cos in columns [0, R/2), sin in [R/2, R).
-    positions : [T] int32 or int64 in [0, max_pos) (others raise ValueError in the reference).
+    k : [T, Hk, D] or [T, Hk*D] [inout] of the dtype of q, or None (q only); must not share
+        elements with q.
+    cos_sin_cache : [max_pos, R] float32 or bfloat16 (any q dtype), cos in columns [0, R/2), sin
+        in [R/2, R); last dim contiguous.
+    positions : [T] int32 or int64 in [0, max_pos). Out of range: the torch backend raises
+        ValueError (nothing written); the CUDA backend skips that token (its q and k untouched).
     is_neox : True pairs (i, i + R/2) (NeoX, Llama); False pairs (2i, 2i + 1) (GPT-J, DeepSeek
         MLA rope).
     rotary_dim : R (even, <= D); 0 = the cache width. Must equal the cache width when given.
@@ -83,7 +104,7 @@ def rope_inplace(
         OP_ID,
         "cos_sin_cache",
         cos_sin_cache,
-        dtypes=(torch.float32,),
+        dtypes=CACHE_DTYPES,
         ndim=2,
         last_dim_contiguous=True,
     )
@@ -126,7 +147,7 @@ def rope_inplace(
 
 def _rope_inplace_samples(device: torch.device) -> list[tuple[tuple, dict]]:
     """Small random calls: Llama (32q/8kv, D=R=128, NeoX), DeepSeek MLA rope (D=R=64, GPT-J),
-    GLM partial rotary (R=64 of 128), 2-D inputs, q only."""
+    GLM partial rotary (R=64 of 128), 2-D inputs, q only, a bfloat16 cache and int32 positions."""
     g = torch.Generator(device="cpu").manual_seed(0)
 
     def cache(rows: int, r: int) -> torch.Tensor:
@@ -143,4 +164,5 @@ def _rope_inplace_samples(device: torch.device) -> list[tuple[tuple, dict]]:
     q2 = torch.randn(5, 4 * 96, generator=g).to(device)
     k2 = torch.randn(5, 2 * 96, generator=g).to(device)
     cases.append(((q2, k2, cache(64, 32), pos), {"is_neox": False, "head_size": 96}))
+    cases.append(((q, None, cache(64, 64).bfloat16(), pos.int()), {"is_neox": True}))
     return cases

@@ -1,6 +1,7 @@
 """embeddings.vocab_parallel_embedding: the embedding rows one tensor-parallel shard owns.
 
-Backends: the pure-torch reference only (exact row copies).
+Backends: CUDA (csrc/vocab_parallel_embedding.cuh: a thread group per token, 16-byte packs, zero
+rows stored without reading weight), then the pure-torch reference (exact row copies).
 """
 
 from __future__ import annotations
@@ -8,10 +9,24 @@ from __future__ import annotations
 import torch
 
 from kernels_embeddings import reference
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_same_device, check_tensor
 
 OP_ID = "embeddings.vocab_parallel_embedding"
+
+VOCAB_PARALLEL_EMBEDDING_CUDA = ModuleSpec(
+    name="vocab_parallel_embedding",
+    package="kernels_embeddings",
+    sources=("csrc/vocab_parallel_embedding.cuh",),
+    exports=(("vocab_parallel_embedding", "vocab_parallel_embedding"),),
+    description="CUDA: masked row gather, a thread group per token, 16-byte packs",
+)
+
+_vocab_parallel_embedding_cuda = CompiledFunction(
+    VOCAB_PARALLEL_EMBEDDING_CUDA, "vocab_parallel_embedding"
+)
 
 
 def _vocab_parallel_embedding_torch(
@@ -35,6 +50,20 @@ def _vocab_parallel_embedding_torch(
             added_vocab_end,
         )
     )
+
+
+def _vocab_parallel_embedding_cuda_eligible(
+    out: torch.Tensor,
+    ids: torch.Tensor,
+    weight: torch.Tensor,
+    org_vocab_start: int,
+    org_vocab_end: int,
+    num_org_vocab_padding: int,
+    added_vocab_start: int,
+    added_vocab_end: int,
+) -> str | None:
+    """The kernel reads ids as one flat run (any stride when 1-D)."""
+    return None if ids.dim() <= 1 or ids.is_contiguous() else "needs contiguous (or 1-D) ids"
 
 
 VOCAB_PARALLEL_EMBEDDING = Op(_vocab_parallel_embedding_torch, mutates=("out",), device="weight")
@@ -110,11 +139,14 @@ def vocab_parallel_embedding(
 
 
 def _vocab_parallel_embedding_samples(device: torch.device) -> list[tuple[tuple, dict]]:
-    """Small random calls for ``kernels-ops check``: shard 1 of 4, added tokens, padding ids."""
+    """Small random calls for ``kernels-ops check``: every dtype, int64 and int32 ids, shard 1 of
+    4, added tokens, padding ids."""
     g = torch.Generator().manual_seed(0)
-    weight = torch.randn(40, 64, generator=g).to(torch.bfloat16)
+    weight = torch.randn(40, 64, generator=g)
     ids = torch.randint(-1, 140, (3, 17), generator=g)
-    return [
-        ((ids.to(device), weight.to(device), 25, 50), {}),
-        ((ids.to(device), weight.to(device), 25, 50, 3, 128, 138), {}),
-    ]
+    cases: list[tuple[tuple, dict]] = []
+    for dtype in WEIGHT_DTYPES:
+        w = weight.to(dtype).to(device)
+        cases.append(((ids.to(device), w, 25, 50), {}))
+        cases.append(((ids.int().to(device), w, 25, 50, 3, 128, 138), {}))
+    return cases

@@ -1,17 +1,36 @@
 """kvcache.reshape_and_cache_flash: token-major K/V [N, Hk, D] into a paged cache
-[num_blocks, block_size, Hk, D] by slot mapping (VLLM's FlashAttention cache layout)."""
+[num_blocks, block_size, Hk, D] by slot mapping (VLLM's FlashAttention cache layout).
+
+Backends: CUDA (csrc/reshape_and_cache_flash.cuh on the row-scatter engine csrc/kv_write.cuh: every
+stride honoured, so NHD caches, HND caches as permuted views and K/V halves of one tensor take the
+same kernel), then the torch reference.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 from kernels_kvcache import reference
 from kernels_kvcache._checks import FP8, check_scale, check_slots
 
 OP_ID = "kvcache.reshape_and_cache_flash"
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")
+
+RESHAPE_AND_CACHE_FLASH_CUDA = ModuleSpec(
+    name="reshape_and_cache_flash",
+    package="kernels_kvcache",
+    sources=("csrc/kv_write.cuh", "csrc/reshape_and_cache_flash.cuh"),
+    exports=(("reshape_and_cache_flash", "reshape_and_cache_flash"),),
+    description="CUDA: paged row scatter (any block/token/head strides), 16-byte packs, fp8",
+)
+
+_reshape_and_cache_flash_cuda = CompiledFunction(
+    RESHAPE_AND_CACHE_FLASH_CUDA, "reshape_and_cache_flash"
+)
 
 
 def _reshape_and_cache_flash_torch(
@@ -79,7 +98,8 @@ def reshape_and_cache_flash(
         of one [num_blocks, 2, block_size, Hk, D] tensor).
     value_cache : [num_blocks, block_size, Hk, Dv] [inout].
     slot_mapping : [N] int64 (or int32) slots ``block * block_size + offset``; a slot >=
-        num_blocks * block_size raises ValueError (torch reference).
+        num_blocks * block_size raises ValueError in the torch reference (a host sync); the
+        CUDA kernel skips that row instead (never an illegal access).
     kv_cache_dtype : "auto" (caches of the input dtype) or "fp8" / "fp8_e4m3" (caches of
         float8_e4m3fn, or uint8 holding its bytes).
     k_scale, v_scale : optional fp32 [1] scales of an fp8 cache (default 1.0).
@@ -122,7 +142,8 @@ def reshape_and_cache_flash(
 
 
 def _reshape_and_cache_flash_samples(device: torch.device) -> list[tuple[tuple, dict]]:
-    """Small random calls: block sizes 16 and 5, padding slots, K/V halves of one tensor, fp8."""
+    """Small random calls: every dtype, block sizes 16, 5 and 8, padding slots, K/V halves of one
+    tensor, an HND cache, fp8."""
     g = torch.Generator(device="cpu").manual_seed(0)
     cases: list[tuple[tuple, dict]] = []
     n, heads, d = 6, 2, 64
@@ -141,4 +162,8 @@ def _reshape_and_cache_flash_samples(device: torch.device) -> list[tuple[tuple, 
     kc = torch.zeros(3, 5, 1, 40, dtype=torch.float16, device=device)
     vc = torch.zeros(3, 5, 1, 24, dtype=torch.float16, device=device)
     cases.append(((key, value, kc, vc, torch.tensor([14, 0, 7], device=device)), {}))
+    key = torch.randn(4, 2, 32, generator=g).to(device)
+    value = torch.randn(4, 2, 32, generator=g).to(device)
+    hnd = torch.zeros(2, 2, 8, 32, device=device).permute(0, 2, 1, 3)  # HND as [NB, bs, Hk, D]
+    cases.append(((key, value, hnd, hnd.clone(), torch.tensor([3, -1, 15, 8], device=device)), {}))
     return cases

@@ -1,16 +1,32 @@
 """kvcache.set_mla_kv_buffer: write packed ``[nope | rope]`` rows of an MLA latent cache at slots
-(DeepSeek MLA: kv_lora 512 + rope 64, bf16 1152-byte rows or fp8)."""
+(DeepSeek MLA: kv_lora 512 + rope 64, bf16 1152-byte rows or fp8).
+
+Backends: CUDA (csrc/set_mla_kv_buffer.cuh on the row-scatter engine csrc/kv_write.cuh: nope and
+rope packed into the row in one pass, 16-byte packs), then the torch reference.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 from kernels_kvcache import reference
 from kernels_kvcache._checks import check_cache_dtype, check_scale, check_slots
 
 OP_ID = "kvcache.set_mla_kv_buffer"
+
+SET_MLA_KV_BUFFER_CUDA = ModuleSpec(
+    name="set_mla_kv_buffer",
+    package="kernels_kvcache",
+    sources=("csrc/kv_write.cuh", "csrc/set_mla_kv_buffer.cuh"),
+    exports=(("set_mla_kv_buffer", "set_mla_kv_buffer"),),
+    description="CUDA: packed [nope | rope] row scatter, 16-byte packs, fp8 with a scale",
+)
+
+_set_mla_kv_buffer_cuda = CompiledFunction(SET_MLA_KV_BUFFER_CUDA, "set_mla_kv_buffer")
 
 
 def _set_mla_kv_buffer_torch(
@@ -54,7 +70,8 @@ def set_mla_kv_buffer(
     ----------
     kv_buffer : [S, 1, Dn+Dr] or [S, Dn+Dr] [inout], the dtype of k_nope or float8_e4m3fn;
         last dim contiguous.
-    loc : [N] int32 or int64 slots; a slot >= S raises ValueError (torch reference).
+    loc : [N] int32 or int64 slots; a slot >= S raises ValueError in the torch reference (a host
+        sync); the CUDA kernel skips that row instead (never an illegal access).
     k_nope : [N, Dn] or [N, 1, Dn] float16, bfloat16 or float32; last dim contiguous.
     k_rope : [N, Dr] or [N, 1, Dr], the dtype of k_nope; last dim contiguous.
     scale : optional fp32 [1] scale of an fp8 buffer (default 1.0).
@@ -88,8 +105,8 @@ def set_mla_kv_buffer(
 
 
 def _set_mla_kv_buffer_samples(device: torch.device) -> list[tuple[tuple, dict]]:
-    """Small random calls: DeepSeek's 512 + 64 in bf16 and fp8, 2-D and 3-D layouts, a padding
-    slot."""
+    """Small random calls: every dtype, DeepSeek's 512 + 64 in bf16 and fp8, 2-D and 3-D layouts,
+    a padding slot."""
     g = torch.Generator(device="cpu").manual_seed(0)
     n = 5
     nope = torch.randn(n, 1, 512, generator=g).bfloat16().to(device)
@@ -102,7 +119,11 @@ def _set_mla_kv_buffer_samples(device: torch.device) -> list[tuple[tuple, dict]]
     small = torch.zeros(8, 24, dtype=torch.float16, device=device)
     small_nope = torch.randn(3, 16, generator=g).half().to(device)
     small_rope = torch.randn(3, 8, generator=g).half().to(device)
+    wide = torch.zeros(6, 1, 40, device=device)
+    wide_nope = torch.randn(2, 1, 32, generator=g).to(device)
+    wide_rope = torch.randn(2, 1, 8, generator=g).to(device)
     return [
+        ((wide, torch.tensor([5, 1], device=device), wide_nope, wide_rope), {}),
         ((buf, loc, nope, rope), {}),
         ((buf8, loc, nope[:, 0], rope[:, 0]), {"scale": scale}),
         ((small, torch.tensor([7, 0, 3], device=device), small_nope, small_rope), {}),

@@ -1,16 +1,33 @@
 """kvcache.store_cache: write K and V rows [N, Hk*D] into token-major caches [S, Hk*D] at slot
-indices (SGLang's MHA token-to-KV pool), optionally converting to fp8 with per-tensor scales."""
+indices (SGLang's MHA token-to-KV pool), optionally converting to fp8 with per-tensor scales.
+
+Backends: CUDA (csrc/store_cache.cuh on the row-scatter engine csrc/kv_write.cuh: K and V rows of a
+token moved by one group of threads in 16-byte packs, fp8 scales read on the device), then the
+torch reference.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 from kernels_kvcache import reference
-from kernels_kvcache._checks import check_cache_dtype, check_scale, check_slots
+from kernels_kvcache._checks import FP8, check_cache_dtype, check_scale, check_slots
 
 OP_ID = "kvcache.store_cache"
+
+STORE_CACHE_CUDA = ModuleSpec(
+    name="store_cache",
+    package="kernels_kvcache",
+    sources=("csrc/kv_write.cuh", "csrc/store_cache.cuh"),
+    exports=(("store_cache", "store_cache"),),
+    description="CUDA: row scatter, a thread group per token, 16-byte packs, fp8 with scales",
+)
+
+_store_cache_cuda = CompiledFunction(STORE_CACHE_CUDA, "store_cache")
 
 
 def _store_cache_torch(
@@ -24,6 +41,22 @@ def _store_cache_torch(
     skip_index: int,
 ) -> None:
     reference.store_cache(k, v, k_cache, v_cache, indices, k_scale, v_scale, skip_index)
+
+
+def _store_cache_cuda_eligible(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    indices: torch.Tensor,
+    k_scale: torch.Tensor | None,
+    v_scale: torch.Tensor | None,
+    skip_index: int,
+) -> str | None:
+    """The kernel converts both caches alike: both fp8, or both of the input dtype."""
+    if (k_cache.dtype == FP8) != (v_cache.dtype == FP8):
+        return "needs both caches fp8 or both of the input dtype"
+    return None
 
 
 STORE_CACHE = Op(_store_cache_torch, mutates=("k_cache", "v_cache"), device="k")
@@ -55,7 +88,9 @@ def store_cache(
     v : [N, Hk*Dv], the dtype of k.
     k_cache : [S, Hk*D] [inout], the dtype of k or float8_e4m3fn.
     v_cache : [S, Hk*Dv] [inout], the dtype of v or float8_e4m3fn.
-    indices : [N] int32 or int64 slots; a slot >= S raises ValueError (torch reference).
+    indices : [N] int32 or int64 slots; a slot >= S raises ValueError in the torch reference
+        (a host sync); the CUDA kernel cannot check it without one, so it skips that row (never
+        an illegal access).
     k_scale, v_scale : optional fp32 [1] scales of fp8 caches (default 1.0); unused otherwise.
     skip_index : one more slot value to skip.
     backend : force a backend by name instead of the best eligible one.
@@ -97,11 +132,12 @@ def store_cache(
 
 
 def _store_cache_samples(device: torch.device) -> list[tuple[tuple, dict]]:
-    """Small random calls: Llama-3-8B rows (8 x 128), K/V widths that differ, an fp8 cache with
-    scales, padding slots and the skip index."""
+    """Small random calls: every dtype, Llama-3-8B rows (8 x 128), K/V widths that differ, an fp8
+    cache with scales, padding slots and the skip index."""
     g = torch.Generator(device="cpu").manual_seed(0)
     cases: list[tuple[tuple, dict]] = []
     for n, wk, wv, slots, dtype in (
+        (6, 64, 64, 12, torch.float32),
         (5, 1024, 1024, 64, torch.bfloat16),
         (7, 96, 40, 9, torch.float16),
     ):

@@ -5,12 +5,24 @@ from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_out, check_tensor
 from kernels_quantization import reference
 from kernels_quantization._checks import ACTIVATION_DTYPES, check_scale
 
 OP_ID = "quantization.per_tensor_quant_fp8"
+
+PER_TENSOR_QUANT_FP8_CUDA = ModuleSpec(
+    name="per_tensor_quant_fp8",
+    package="kernels_quantization",
+    sources=("csrc/per_tensor_quant_fp8.cuh",),
+    exports=(("per_tensor_quant_fp8", "per_tensor_quant_fp8"),),
+    description="CUDA: one fused block for small inputs; else atomic-max sweep + reversed quantize",
+)
+
+_per_tensor_quant_fp8_cuda = CompiledFunction(PER_TENSOR_QUANT_FP8_CUDA, "per_tensor_quant_fp8")
 
 
 def _per_tensor_quant_fp8_torch(
@@ -20,6 +32,34 @@ def _per_tensor_quant_fp8_torch(
     q.copy_(q_ref)
     if not is_static:
         s.copy_(s_ref)
+
+
+def _row_levels(*tensors: torch.Tensor) -> int:
+    """Levels of rows the leading dims of same-shaped ``tensors`` merge into (as
+    kernels::collapse_rows does; size-1 dims are skipped)."""
+    levels, prev = 0, None
+    for d, size in enumerate(tensors[0].shape[:-1]):
+        if size == 1:
+            continue
+        strides = [t.stride(d) for t in tensors]
+        if prev is None or any(p != st * size for p, st in zip(prev, strides, strict=True)):
+            levels += 1
+        prev = strides
+    return levels
+
+
+def _per_tensor_quant_fp8_cuda_eligible(
+    q: torch.Tensor, s: torch.Tensor, x: torch.Tensor, is_static: bool
+) -> str | None:
+    """Contiguous x and q stream as one flat row; strided views need rows of one or two levels
+    and fewer than 2^31 elements."""
+    if x.is_contiguous() and q.is_contiguous():
+        return None
+    if x.dim() > 3 and _row_levels(x, q) > 2:
+        return "needs x and out whose leading dims merge into (outer, inner) rows"
+    if x.numel() >= 2**31:
+        return "needs contiguous x and out above 2^31 elements"
+    return None
 
 
 PER_TENSOR_QUANT_FP8 = Op(_per_tensor_quant_fp8_torch, mutates=("q", "s"), device="x")

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_out, check_tensor
 from kernels_quantization import reference
 from kernels_quantization._checks import ACTIVATION_DTYPES
@@ -26,6 +28,18 @@ from kernels_quantization._checks import ACTIVATION_DTYPES
 OP_ID = "quantization.per_token_group_quant_8bit"
 GROUP_SIZES = (16, 32, 64, 128, 256)
 DST_DTYPES = (torch.float8_e4m3fn, torch.int8)
+
+PER_TOKEN_GROUP_QUANT_8BIT_CUDA = ModuleSpec(
+    name="per_token_group_quant_8bit",
+    package="kernels_quantization",
+    sources=("csrc/per_token_group_quant_8bit.cuh",),
+    exports=(("per_token_group_quant_8bit", "per_token_group_quant_8bit"),),
+    description="CUDA: a lane team per 4 groups, 16-byte loads, every scale layout in one kernel",
+)
+
+_per_token_group_quant_8bit_cuda = CompiledFunction(
+    PER_TOKEN_GROUP_QUANT_8BIT_CUDA, "per_token_group_quant_8bit"
+)
 
 
 def _per_token_group_quant_8bit_torch(
@@ -40,6 +54,36 @@ def _per_token_group_quant_8bit_torch(
     q_ref, s_ref = reference.per_token_group_quant_8bit(x, group_size, q.dtype, eps, scale_ue8m0)
     q.copy_(q_ref)
     s.copy_(reference.pack_ue8m0(s_ref) if pack_ue8m0 else s_ref)
+
+
+def _row_levels(*tensors: torch.Tensor) -> int:
+    """Levels of rows the leading dims of same-shaped ``tensors`` merge into (as
+    kernels::collapse_rows does: a dim joins the previous level when every tensor's strides
+    allow it; size-1 dims are skipped)."""
+    levels, prev = 0, None
+    for d, size in enumerate(tensors[0].shape[:-1]):
+        if size == 1:
+            continue
+        strides = [t.stride(d) for t in tensors]
+        if prev is None or any(p != st * size for p, st in zip(prev, strides, strict=True)):
+            levels += 1
+        prev = strides
+    return levels
+
+
+def _per_token_group_quant_8bit_cuda_eligible(
+    q: torch.Tensor,
+    s: torch.Tensor,
+    x: torch.Tensor,
+    group_size: int,
+    eps: float,
+    scale_ue8m0: bool,
+    pack_ue8m0: bool,
+) -> str | None:
+    """The kernel indexes rows through at most two levels of leading dims."""
+    if x.dim() > 3 and _row_levels(x, q, s) > 2:
+        return "needs leading dims of x, q and s that merge into (outer, inner) rows"
+    return None
 
 
 PER_TOKEN_GROUP_QUANT_8BIT = Op(_per_token_group_quant_8bit_torch, mutates=("q", "s"), device="x")

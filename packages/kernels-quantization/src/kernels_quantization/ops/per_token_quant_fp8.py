@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_out, check_tensor
 from kernels_quantization import reference
 from kernels_quantization._checks import ACTIVATION_DTYPES
 
 OP_ID = "quantization.per_token_quant_fp8"
+
+PER_TOKEN_QUANT_FP8_CUDA = ModuleSpec(
+    name="per_token_quant_fp8",
+    package="kernels_quantization",
+    sources=("csrc/per_token_quant_fp8.cuh",),
+    exports=(("per_token_quant_fp8", "per_token_quant_fp8"),),
+    description="CUDA: one pass, the row in registers (16-byte loads, fp8 packs), row-engine plans",
+)
+
+_per_token_quant_fp8_cuda = CompiledFunction(PER_TOKEN_QUANT_FP8_CUDA, "per_token_quant_fp8")
 
 
 def _per_token_quant_fp8_torch(q: torch.Tensor, s: torch.Tensor, x: torch.Tensor) -> None:

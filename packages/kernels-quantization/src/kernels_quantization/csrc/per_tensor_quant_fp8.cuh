@@ -1,0 +1,333 @@
+// quantization.per_tensor_quant_fp8, CUDA: q = cvt_satfinite_rne(x / s) with one fp32 scale,
+// static (given) or dynamic s = max(absmax(x), 1e-10) / 448.
+//
+// Work items are 16-byte vectors of x (8 bf16/fp16 or 4 fp32 values; one element on the scalar
+// path), over x seen either as one flat row (x and q contiguous; the last < 8 elements, the
+// tail, go to block 0 as scalars) or as rows of its last dim (merged leading dims, one or two
+// levels, a FastDivmod per item).
+//   - small dynamic inputs (<= 512 x 8 vectors: 32768 bf16): one block does everything: the
+//     tensor in registers, a block max, the scale, the quantized packs (one launch);
+//   - larger dynamic inputs: the scale word is zeroed (cudaMemsetAsync on the caller's stream),
+//     a persistent grid (2048 threads per SM, 4 vectors per thread in flight) sweeps x front to
+//     back and atomicMax-es each block's candidate scale max(absmax_b, eps) / 448 as bits into s
+//     (the division by 448 is monotone, so the maximum of the candidates is the scale; NaN bits
+//     sort above all others and propagate); then the quantize pass (256 threads x 4 vectors per
+//     block) runs its blocks in reverse order, so the first blocks re-read the end of x, which
+//     the sweep left in L2;
+//   - static: the quantize pass alone, one read of x and one write of q.
+#pragma once
+
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
+#include <kernels/checks.h>
+#include <kernels/dtype.h>
+#include <kernels/launch.cuh>
+#include <kernels/pdl.cuh>
+#include <kernels/pointwise.cuh>
+#include <kernels/rowwise.cuh>
+#include <kernels/tensor.h>
+#include <kernels/vec.cuh>
+
+#include "quant_common.cuh"
+
+namespace per_tensor_quant_fp8_detail {
+
+constexpr int kBlock = 256;
+constexpr int kUnroll = 4;
+constexpr int kFusedBlock = 512;
+constexpr int kFusedMaxVPT = 8;
+constexpr float kEps = 1e-10f;
+
+struct View {
+  const void* x;
+  uint8_t* q;
+  kernels::RowMap x_map, q_map;
+  uint32_t inner;
+  kernels::FastDivmod per_row;  // items per row (row mode)
+  int64_t items;                // vectors (or elements), the tail excluded
+  int tail;                     // flat mode: trailing elements after the last whole vector
+  bool flat;
+};
+
+template <int kN>
+__device__ __forceinline__ void offsets(const View& v, int64_t i, int64_t& xo, int64_t& qo) {
+  if (v.flat) {
+    xo = qo = i * kN;
+    return;
+  }
+  uint32_t r, c;
+  v.per_row.divmod(static_cast<uint32_t>(i), r, c);
+  xo = rowwise::row_offset(v.x_map, r, v.inner) + static_cast<int64_t>(c) * kN;
+  qo = rowwise::row_offset(v.q_map, r, v.inner) + static_cast<int64_t>(c) * kN;
+}
+
+// The flat tail (threads below v.tail of one block): element items * kN + threadIdx.x.
+template <typename T, int kN>
+__device__ __forceinline__ float tail_value(const View& v) {
+  kernels::Pack<T, 1> e;
+  e.load(static_cast<const T*>(v.x) + v.items * kN + threadIdx.x);
+  float f[1];
+  e.unpack(f);
+  return f[0];
+}
+
+template <typename T, int kN>
+__device__ __forceinline__ void store_tail(const View& v, float value, float s) {
+  quant::Q8<1> out;
+  const float f[1] = {value};
+  out.template quantize<false>(f, quant::Div(s));
+  out.store(v.q + v.items * kN + threadIdx.x);
+}
+
+// Dynamic, large: one sweep over x, the block's candidate scale atomicMax-ed into s (zeroed).
+template <typename T, int kN>
+__global__ void __launch_bounds__(kBlock)
+    absmax_kernel(bool pdl, const __grid_constant__ View v, float* s) {
+  using P = kernels::Pack<T, kN>;
+  __shared__ uint32_t shared[32];
+  const T* x = static_cast<const T*>(v.x);
+  constexpr int64_t kChunk = int64_t{kBlock} * kUnroll;
+  if (pdl) kernels::pdl_wait();
+  uint32_t m = 0;
+  for (int64_t base = blockIdx.x * kChunk; base < v.items; base += gridDim.x * kChunk) {
+    P p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + u * kBlock + threadIdx.x;
+      if (i < v.items) {
+        int64_t xo, qo;
+        offsets<kN>(v, i, xo, qo);
+        p[u].load(x + xo);  // not streaming: the quantize pass re-reads the end of x from L2
+      } else {
+        p[u].zero();
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float f[kN];
+      p[u].unpack(f);
+      m = quant::absmax_bits(f, m);
+    }
+  }
+  if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < v.tail)
+    m = max(m, quant::abs_bits(tail_value<T, kN>(v)));
+  m = quant::block_max(m, shared);
+  if (pdl) kernels::pdl_launch_dependents();
+  if (threadIdx.x == 0)
+    atomicMax(reinterpret_cast<unsigned int*>(s),
+              __float_as_uint(quant::dynamic_scale(m, kEps, quant::kFp8Max)));
+}
+
+// The quantize pass with the scale in s; blocks in reverse order of the data (block 0 takes the
+// last chunk and the tail).
+template <typename T, int kN>
+__global__ void __launch_bounds__(kBlock)
+    quantize_kernel(bool pdl, const __grid_constant__ View v, const float* s_ptr) {
+  using P = kernels::Pack<T, kN>;
+  const T* x = static_cast<const T*>(v.x);
+  constexpr int64_t kChunk = int64_t{kBlock} * kUnroll;
+  const int64_t base = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kChunk;
+  if (pdl) kernels::pdl_wait();
+  P p[kUnroll];
+  int64_t qo[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t i = base + u * kBlock + threadIdx.x;
+    qo[u] = -1;
+    if (i < v.items) {
+      int64_t xo;
+      offsets<kN>(v, i, xo, qo[u]);
+      p[u].load_stream(x + xo);
+    }
+  }
+  const float s = *s_ptr;
+  const quant::Div div(s);
+  if (pdl) kernels::pdl_launch_dependents();
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    if (qo[u] >= 0) {
+      float f[kN];
+      p[u].unpack(f);
+      quant::Q8<kN> out;
+      out.template quantize<false>(f, div);
+      out.store_stream(v.q + qo[u]);
+    }
+  }
+  if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < v.tail)
+    store_tail<T, kN>(v, tail_value<T, kN>(v), s);
+}
+
+// Dynamic, small: one block holds x in registers (items <= blockDim.x * kVPT).
+template <typename T, int kN, int kVPT>
+__global__ void __launch_bounds__(kFusedBlock)
+    fused_kernel(bool pdl, const __grid_constant__ View v, float* s_out) {
+  using P = kernels::Pack<T, kN>;
+  __shared__ uint32_t shared[32];
+  const T* x = static_cast<const T*>(v.x);
+  if (pdl) kernels::pdl_wait();
+  P p[kVPT];
+  int64_t qo[kVPT];
+#pragma unroll
+  for (int j = 0; j < kVPT; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    qo[j] = -1;
+    if (i < v.items) {
+      int64_t xo;
+      offsets<kN>(v, i, xo, qo[j]);
+      p[j].load_stream(x + xo);
+    } else {
+      p[j].zero();
+    }
+  }
+  const bool has_tail = static_cast<int>(threadIdx.x) < v.tail;
+  const float t = has_tail ? tail_value<T, kN>(v) : 0.0f;
+  uint32_t m = quant::abs_bits(t);
+#pragma unroll
+  for (int j = 0; j < kVPT; ++j) {
+    float f[kN];
+    p[j].unpack(f);
+    m = quant::absmax_bits(f, m);
+  }
+  m = quant::block_max(m, shared);
+  if (pdl) kernels::pdl_launch_dependents();
+  const float s = quant::dynamic_scale(m, kEps, quant::kFp8Max);
+  if (threadIdx.x == 0) *s_out = s;
+  const quant::Div div(s);
+#pragma unroll
+  for (int j = 0; j < kVPT; ++j) {
+    if (qo[j] >= 0) {
+      float f[kN];
+      p[j].unpack(f);
+      quant::Q8<kN> out;
+      out.template quantize<false>(f, div);
+      out.store_stream(v.q + qo[j]);
+    }
+  }
+  if (has_tail) store_tail<T, kN>(v, t, s);
+}
+
+template <typename T, int kN>
+inline void launch_fused(const kernels::Launch& ctx, const View& v, float* s) {
+  int vpt = 1;
+  while (v.items > int64_t{kFusedBlock} * vpt) vpt *= 2;
+  int64_t threads = (v.items + vpt - 1) / vpt;
+  threads = threads < 32 ? 32 : (threads + 31) / 32 * 32;
+  void (*kernel)(bool, View, float*) = nullptr;
+  switch (vpt) {
+    case 1:
+      kernel = fused_kernel<T, kN, 1>;
+      break;
+    case 2:
+      kernel = fused_kernel<T, kN, 2>;
+      break;
+    case 4:
+      kernel = fused_kernel<T, kN, 4>;
+      break;
+    default:
+      kernel = fused_kernel<T, kN, 8>;
+      break;
+  }
+  kernels::launch(ctx, kernel, 1u, static_cast<unsigned>(threads), v, s);
+}
+
+template <typename T, int kN>
+inline void launch_all(const kernels::Launch& ctx, const View& v, float* s, bool is_static) {
+  constexpr int64_t kChunk = int64_t{kBlock} * kUnroll;
+  const unsigned quant_grid = static_cast<unsigned>(std::max<int64_t>(1, (v.items + kChunk - 1) / kChunk));
+  if (is_static) {
+    kernels::launch(ctx, quantize_kernel<T, kN>, quant_grid, kBlock, v, static_cast<const float*>(s));
+    return;
+  }
+  if (v.items <= int64_t{kFusedBlock} * kFusedMaxVPT) return launch_fused<T, kN>(ctx, v, s);
+  kernels::check_launch(ctx.op, cudaMemsetAsync(s, 0, sizeof(float), ctx.stream));
+  const int64_t resident = int64_t{kernels::sm_count(ctx.device)} * (2048 / kBlock);
+  const int64_t needed = (v.items + kChunk - 1) / kChunk;
+  const unsigned grid = static_cast<unsigned>(std::min(resident, needed));
+  // Without PDL: the previous node is the memset.
+  kernels::check_launch(ctx.op, kernels::launch_pdl(absmax_kernel<T, kN>, dim3(grid), dim3(kBlock),
+                                                    0, ctx.stream, false, false, v, s));
+  kernels::launch(ctx, quantize_kernel<T, kN>, quant_grid, kBlock, v, static_cast<const float*>(s));
+}
+
+}  // namespace per_tensor_quant_fp8_detail
+
+// q: x's shape, float8_e4m3fn; s: one fp32 element (written when dynamic, read when static);
+// x: fp32/fp16/bf16, contiguous last dim. x and q contiguous, or with leading dims that merge
+// into at most two levels of rows (fewer than 2^31 items then).
+inline void per_tensor_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView s,
+                                 tvm::ffi::TensorView x, bool is_static) {
+  namespace detail = per_tensor_quant_fp8_detail;
+  constexpr const char* kOp = "quantization.per_tensor_quant_fp8";
+  // 1. Validate.
+  const DLDataType d = x.dtype();
+  TVM_FFI_CHECK(kernels::is_dtype(d, kDLFloat, 32) || kernels::is_dtype(d, kDLFloat, 16) ||
+                    kernels::is_dtype(d, kDLBfloat, 16),
+                TypeError)
+      << kOp << ": x must have dtype float32, float16 or bfloat16";
+  kernels::check_last_dim_contiguous(kOp, "x", x);
+  kernels::check_same_shape(kOp, "q", q, "x", x);
+  TVM_FFI_CHECK(kernels::is_dtype(q.dtype(), kDLFloat8_e4m3fn, 8), TypeError)
+      << kOp << ": q must have dtype float8_e4m3fn";
+  kernels::check_last_dim_contiguous(kOp, "q", q);
+  TVM_FFI_CHECK(kernels::is_dtype(s.dtype(), kDLFloat, 32), TypeError)
+      << kOp << ": s must have dtype float32";
+  TVM_FFI_CHECK(s.numel() == 1, ValueError)
+      << kOp << ": s must hold exactly one element, got shape " << kernels::shape_string(s);
+  kernels::check_no_overlap(kOp, "q", q, "x", x);
+  kernels::check_no_overlap(kOp, "s", s, "x", x);
+  kernels::check_no_overlap(kOp, "s", s, "q", q);
+  kernels::check_device(kOp, "x", x, kDLCUDA);
+  kernels::check_same_device(kOp, "q", q, "x", x);
+  kernels::check_same_device(kOp, "s", s, "x", x);
+  if (x.numel() == 0) return;
+
+  detail::View v{};
+  v.x = kernels::data(x);
+  v.q = kernels::data<uint8_t>(q);
+  float* s_ptr = kernels::data<float>(s);
+  const bool flat = x.IsContiguous() && q.IsContiguous();
+  kernels::RowLayout rows;
+  int64_t cols = 1;
+  if (!flat) {
+    rows = kernels::row_layout(kOp, "x", {&x, &q});
+    cols = x.size(-1);
+  }
+  // 2. Device guard, 3. the caller's stream.
+  kernels::DeviceGuard guard(x);
+  const kernels::Launch ctx(kOp, x);
+  // 4. Dispatch on dtype and launch (checked).
+  KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
+    constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
+    if (flat) {
+      const bool vector = kernels::is_aligned(v.x) && reinterpret_cast<uintptr_t>(v.q) % kVec == 0;
+      v.flat = true;
+      if (vector) {
+        v.items = x.numel() / kVec;
+        v.tail = static_cast<int>(x.numel() % kVec);
+        detail::launch_all<T, kVec>(ctx, v, s_ptr, is_static);
+      } else {
+        v.items = x.numel();
+        detail::launch_all<T, 1>(ctx, v, s_ptr, is_static);
+      }
+      return;
+    }
+    v.x_map = rows.map[0];
+    v.q_map = rows.map[1];
+    v.inner = static_cast<uint32_t>(rows.inner);
+    const bool vector = kernels::vectors_fit(cols, kVec, {v.x}, {v.x_map}) &&
+                        reinterpret_cast<uintptr_t>(v.q) % kVec == 0 && v.q_map.s0 % kVec == 0 &&
+                        v.q_map.s1 % kVec == 0;
+    const int64_t per_row = vector ? cols / kVec : cols;
+    v.items = rows.rows() * per_row;
+    TVM_FFI_CHECK(v.items < (int64_t{1} << 31), ValueError)
+        << kOp << ": a strided x " << kernels::shape_string(x)
+        << " must have fewer than 2^31 vectors; pass a contiguous tensor";
+    v.per_row = kernels::FastDivmod(static_cast<uint32_t>(per_row));
+    if (vector) {
+      detail::launch_all<T, kVec>(ctx, v, s_ptr, is_static);
+    } else {
+      detail::launch_all<T, 1>(ctx, v, s_ptr, is_static);
+    }
+  });
+}

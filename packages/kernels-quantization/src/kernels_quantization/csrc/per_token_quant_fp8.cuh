@@ -1,0 +1,232 @@
+// quantization.per_token_quant_fp8, CUDA: per row of x [T, K], s = max(absmax, 1e-10) / 448 and
+// q = cvt_satfinite_rne(x / s) (fp8 e4m3), one read of x and one write of q.
+//
+// The thread layout and launch plans are the row engine's (kernels/rowwise.cuh: rowwise::
+// plan_registers / plan_loop / row_thread); the kernels are this file's because the engine's row
+// statistic is a sum and this op needs a maximum (NaN-propagating, on the fp32 bits).
+//   - register kernel: the row read once into registers (16-byte vectors, kVPT per thread; a
+//     7168-wide bf16 row is 896 vectors: 128 threads x 7 at 8192 rows, 448 threads x 2 at decode),
+//     reduced with shuffles (rows of <= 32 threads, several rows per block) or shuffles plus one
+//     shared-memory step (one row per block), then quantized from registers and written as 8-byte
+//     (bf16/fp16) or 4-byte (fp32) fp8 packs;
+//   - loop kernel: rows longer than 4096 vectors, or not in whole vectors (misaligned views, odd
+//     widths: the scalar form); two passes, the second re-reading the row from L1/L2.
+#pragma once
+
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
+#include <kernels/rowwise.cuh>
+
+#include "quant_common.cuh"
+
+namespace per_token_quant_fp8_detail {
+
+struct Params {
+  const void* x;
+  uint8_t* q;
+  float* s;
+  int64_t x_stride, q_stride, s_stride;  // row strides in elements
+  int64_t rows;
+  int hidden;
+  int tpr, tpr_shift, rows_per_block;
+};
+
+constexpr float kEps = 1e-10f;
+
+template <typename T, int kN, int kVPT>
+__global__ void __launch_bounds__(rowwise::kMaxBlock)
+    registers_kernel(bool pdl, const __grid_constant__ Params p) {
+  using P = kernels::Pack<T, kN>;
+  __shared__ uint32_t shared[32];
+  const rowwise::RowThread th = rowwise::row_thread(p.tpr, p.tpr_shift, p.rows_per_block);
+  const bool valid = th.row < p.rows;
+  const int vectors = valid ? p.hidden / kN : 0;
+  const T* x = static_cast<const T*>(p.x) + (valid ? th.row * p.x_stride : 0);
+
+  if (pdl) kernels::pdl_wait();
+  P v[kVPT];
+#pragma unroll
+  for (int j = 0; j < kVPT; ++j) {
+    const int i = th.lane + j * p.tpr;
+    if (i < vectors) {
+      v[j].load_stream(x + i * kN);
+    } else {
+      v[j].zero();
+    }
+  }
+  uint32_t m = 0;
+#pragma unroll
+  for (int j = 0; j < kVPT; ++j) {
+    float f[kN];
+    v[j].unpack(f);
+    m = quant::absmax_bits(f, m);
+  }
+  m = p.tpr <= 32 ? quant::lanes_max(m, p.tpr) : quant::block_max(m, shared);
+  if (pdl) kernels::pdl_launch_dependents();
+  if (!valid) return;
+  const float s = quant::dynamic_scale(m, kEps, quant::kFp8Max);
+  if (th.lane == 0) p.s[th.row * p.s_stride] = s;
+  const quant::Div div(s);
+  uint8_t* q = p.q + th.row * p.q_stride;
+#pragma unroll
+  for (int j = 0; j < kVPT; ++j) {
+    const int i = th.lane + j * p.tpr;
+    if (i < vectors) {
+      float f[kN];
+      v[j].unpack(f);
+      quant::Q8<kN> out;
+      out.template quantize<false>(f, div);
+      out.store_stream(q + i * kN);
+    }
+  }
+}
+
+template <typename T, int kN>
+__global__ void __launch_bounds__(rowwise::kMaxBlock)
+    loop_kernel(bool pdl, const __grid_constant__ Params p) {
+  using P = kernels::Pack<T, kN>;
+  constexpr int kBatch = rowwise::kLoopBatch;
+  __shared__ uint32_t shared[32];
+  const rowwise::RowThread th = rowwise::row_thread(p.tpr, p.tpr_shift, p.rows_per_block);
+  const bool valid = th.row < p.rows;
+  const int n = valid ? p.hidden / kN : 0;
+  const T* x = static_cast<const T*>(p.x) + (valid ? th.row * p.x_stride : 0);
+  const int step = p.tpr;
+
+  if (pdl) kernels::pdl_wait();
+  uint32_t m = 0;
+  for (int base = th.lane; base < n; base += kBatch * step) {
+    P v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * step;
+      if (i < n) {
+        v[u].load(x + i * kN);
+      } else {
+        v[u].zero();
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      float f[kN];
+      v[u].unpack(f);
+      m = quant::absmax_bits(f, m);
+    }
+  }
+  m = p.tpr <= 32 ? quant::lanes_max(m, p.tpr) : quant::block_max(m, shared);
+  if (pdl) kernels::pdl_launch_dependents();
+  if (!valid) return;
+  const float s = quant::dynamic_scale(m, kEps, quant::kFp8Max);
+  if (th.lane == 0) p.s[th.row * p.s_stride] = s;
+  const quant::Div div(s);
+  uint8_t* q = p.q + th.row * p.q_stride;
+  for (int base = th.lane; base < n; base += kBatch * step) {
+    P v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * step;
+      if (i < n) v[u].load_stream(x + i * kN);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * step;
+      if (i < n) {
+        float f[kN];
+        v[u].unpack(f);
+        quant::Q8<kN> out;
+        out.template quantize<false>(f, div);
+        out.store_stream(q + i * kN);
+      }
+    }
+  }
+}
+
+template <typename T>
+inline void launch(const kernels::Launch& ctx, Params p, bool vector) {
+  constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
+  const int vectors = p.hidden / kVec;
+  rowwise::Plan plan;
+  void (*kernel)(bool, Params) = nullptr;
+  if (vector && vectors <= rowwise::kMaxBlock * rowwise::kMaxVectorsPerThread) {
+    plan = rowwise::plan_registers(vectors, p.rows, ctx.device);
+    switch (plan.vectors_per_thread) {
+      case 1:
+        kernel = registers_kernel<T, kVec, 1>;
+        break;
+      case 2:
+        kernel = registers_kernel<T, kVec, 2>;
+        break;
+      case 4:
+        kernel = registers_kernel<T, kVec, 4>;
+        break;
+      default:
+        kernel = registers_kernel<T, kVec, 8>;
+        break;
+    }
+  } else if (vector) {
+    plan = rowwise::plan_loop(vectors, p.rows, ctx.device);
+    kernel = loop_kernel<T, kVec>;
+  } else {
+    plan = rowwise::plan_loop(p.hidden, p.rows, ctx.device);
+    kernel = loop_kernel<T, 1>;
+  }
+  p.tpr = plan.tpr;
+  p.tpr_shift = plan.tpr_shift;
+  p.rows_per_block = plan.rows_per_block;
+  kernels::launch(ctx, kernel, plan.grid, plan.block, p);
+}
+
+inline bool is_fp8_e4m3fn(const tvm::ffi::TensorView& t) {
+  return kernels::is_dtype(t.dtype(), kDLFloat8_e4m3fn, 8);
+}
+
+}  // namespace per_token_quant_fp8_detail
+
+// q: [T, K] float8_e4m3fn, s: [T, 1] float32 (any row stride), x: [T, K] fp32/fp16/bf16; x and q
+// with a contiguous last dim and any row stride.
+inline void per_token_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView s,
+                                tvm::ffi::TensorView x) {
+  namespace detail = per_token_quant_fp8_detail;
+  constexpr const char* kOp = "quantization.per_token_quant_fp8";
+  // 1. Validate.
+  rowwise::check_rows(kOp, "x", x);
+  kernels::check_ndim(kOp, "x", x, 2);
+  kernels::check_ndim(kOp, "q", q, 2);
+  kernels::check_same_shape(kOp, "q", q, "x", x);
+  TVM_FFI_CHECK(detail::is_fp8_e4m3fn(q), TypeError) << kOp << ": q must have dtype float8_e4m3fn";
+  kernels::check_last_dim_contiguous(kOp, "q", q);
+  TVM_FFI_CHECK(kernels::is_dtype(s.dtype(), kDLFloat, 32), TypeError)
+      << kOp << ": s must have dtype float32";
+  TVM_FFI_CHECK(s.ndim() == 2 && s.size(0) == x.size(0) && s.size(1) == 1, ValueError)
+      << kOp << ": s must have shape [" << x.size(0) << ", 1], got " << kernels::shape_string(s);
+  kernels::check_no_overlap(kOp, "q", q, "x", x);
+  kernels::check_no_overlap(kOp, "s", s, "x", x);
+  kernels::check_no_overlap(kOp, "s", s, "q", q);
+  kernels::check_device(kOp, "x", x, kDLCUDA);
+  kernels::check_same_device(kOp, "q", q, "x", x);
+  kernels::check_same_device(kOp, "s", s, "x", x);
+  const int64_t rows = x.size(0), hidden = x.size(1);
+  if (rows == 0 || hidden == 0) return;
+  TVM_FFI_CHECK(rows < (int64_t{1} << 31), ValueError) << kOp << ": too many rows (" << rows << ")";
+
+  detail::Params p{};
+  p.x = kernels::data(x);
+  p.q = kernels::data<uint8_t>(q);
+  p.s = kernels::data<float>(s);
+  p.x_stride = rows > 1 ? x.stride(0) : 0;
+  p.q_stride = rows > 1 ? q.stride(0) : 0;
+  p.s_stride = rows > 1 ? s.stride(0) : 0;
+  p.rows = rows;
+  p.hidden = static_cast<int>(hidden);
+  // 2. Device guard, 3. the caller's stream.
+  kernels::DeviceGuard guard(x);
+  const kernels::Launch ctx(kOp, x);
+  // 4. Dispatch on dtype and launch (checked).
+  KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
+    constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
+    const bool vector = kernels::vectors_fit(hidden, kVec, {p.x}, {kernels::RowMap{p.x_stride, 0}}) &&
+                        reinterpret_cast<uintptr_t>(p.q) % kVec == 0 && p.q_stride % kVec == 0;
+    detail::launch<T>(ctx, p, vector);
+  });
+}

@@ -1,0 +1,168 @@
+// Shared device pieces of the quantization kernels (not the hadamard transform):
+//   - absmax as an unsigned maximum over |x|'s fp32 bits, so that NaN propagates (its bits are
+//     above inf's) the way torch's amax does, where fmaxf would drop it;
+//   - the dynamic scale max(absmax, eps) / qmax with the IEEE division the reference does, and
+//     the UE8M0 round-up from the fp32 bits;
+//   - the saturating round-to-nearest-even conversions to fp8 e4m3 (two at a time,
+//     __nv_cvt_float2_to_fp8x2 with __NV_SATFINITE: +-448 above the range, NaN stays NaN) and int8
+//     (round half to even, then saturate to [-128, 127]);
+//   - Q8<kN>: kN one-byte outputs stored with one access (8 bytes for a bf16/fp16 vector, 4 for
+//     fp32, 1 on the scalar path).
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <kernels/vec.cuh>
+
+#include <cstdint>
+
+namespace quant {
+
+constexpr float kFp8Max = 448.0f;
+constexpr float kInt8Max = 127.0f;
+
+// |x| as bits: monotone in |x| for every non-NaN value, NaN above +inf.
+__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+// Running absmax (as bits) over the values of one pack.
+template <int kN>
+__device__ __forceinline__ uint32_t absmax_bits(const float (&v)[kN], uint32_t acc) {
+#pragma unroll
+  for (int k = 0; k < kN; ++k) acc = max(acc, abs_bits(v[k]));
+  return acc;
+}
+
+// s = max(absmax, eps) / qmax (NaN stays NaN: the maximum is taken on the bits).
+__device__ __forceinline__ float dynamic_scale(uint32_t absmax, float eps, float qmax) {
+  return __fdiv_rn(__uint_as_float(max(absmax, __float_as_uint(eps))), qmax);
+}
+
+// 2^ceil(log2 s) for positive s, from the bits: the exponent goes up by one when any mantissa bit
+// is set and the mantissa is cleared; inf and NaN pass through.
+__device__ __forceinline__ float ue8m0_round_up(float s) {
+  const uint32_t bits = __float_as_uint(s);
+  const uint32_t exponent = (bits >> 23) & 0xffu;
+  if (exponent == 0xffu) return s;
+  const uint32_t mantissa = bits & 0x7fffffu;
+  return __uint_as_float((exponent + (mantissa != 0u ? 1u : 0u)) << 23);
+}
+
+// The biased exponent byte of a packed UE8M0 scale, clamped to [0, 254].
+__device__ __forceinline__ uint32_t ue8m0_byte(float s) {
+  return min((__float_as_uint(s) >> 23) & 0xffu, 254u);
+}
+
+__device__ __forceinline__ uint32_t fp8x2(float a, float b) {
+  return static_cast<uint32_t>(
+      __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
+}
+
+__device__ __forceinline__ uint32_t fp8x1(float a) {
+  return static_cast<uint32_t>(__nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E4M3));
+}
+
+__device__ __forceinline__ uint32_t int8x1(float a) {
+  // Round half to even in fp32, then saturate (NaN becomes 0: torch leaves it undefined).
+  const int v = __float2int_rn(a);
+  return static_cast<uint32_t>(min(max(v, -128), 127)) & 0xffu;
+}
+
+// x / s rounded as the IEEE division (__fdiv_rn), the reference's operation, at the cost of a
+// multiply and two FMAs per element: with r = RN(1/s) (one __frcp_rn per scale), q0 = RN(x r),
+// the exact remainder e = x - q0 s (one FMA) and q = RN(q0 + e r) is the correctly rounded
+// quotient (Markstein's theorem; the same sequence as the division's own fast path) whenever s
+// and the quotient stay in the normal range. Where they may not (s subnormal, huge, inf or NaN;
+// a quotient that overflows or is NaN, e.g. a static scale and an inf input) the division itself
+// runs. Quotients that underflow in fp32 quantize to 0 either way.
+struct Div {
+  float s, r;
+  bool fast;
+  __device__ __forceinline__ explicit Div(float scale) : s(scale) {
+    r = __frcp_rn(scale);
+    fast = scale >= 0x1p-126f && scale < 0x1p126f;
+  }
+  __device__ __forceinline__ float operator()(float x) const {
+    if (fast) {
+      const float q0 = __fmul_rn(x, r);
+      const float q = __fmaf_rn(__fmaf_rn(-q0, s, x), r, q0);
+      if (abs_bits(q) < 0x7f800000u) return q;
+    }
+    return __fdiv_rn(x, s);
+  }
+};
+
+// kN one-byte codes (fp8 e4m3 or int8), little-endian in words.
+template <int kN>
+struct Q8 {
+  static constexpr int kWords = (kN + 3) / 4;
+  uint32_t w[kWords];
+
+  // q = cvt(v / s) with the reference's IEEE division.
+  template <bool kInt8>
+  __device__ __forceinline__ void quantize(const float (&v)[kN], const Div& s) {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = 0;
+    if constexpr (kInt8) {
+#pragma unroll
+      for (int k = 0; k < kN; ++k) w[k / 4] |= int8x1(s(v[k])) << (8 * (k % 4));
+    } else if constexpr (kN == 1) {
+      w[0] = fp8x1(s(v[0]));
+    } else {
+#pragma unroll
+      for (int k = 0; k < kN; k += 2)
+        w[k / 4] |= fp8x2(s(v[k]), s(v[k + 1])) << (8 * (k % 4));
+    }
+  }
+  // Store at p (kN-byte aligned).
+  __device__ __forceinline__ void store(uint8_t* p) const {
+    if constexpr (kN == 16) {
+      *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else if constexpr (kN == 8) {
+      *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+    } else if constexpr (kN == 4) {
+      *reinterpret_cast<uint32_t*>(p) = w[0];
+    } else {
+      static_assert(kN == 1, "1, 4, 8 or 16 codes");
+      *p = static_cast<uint8_t>(w[0]);
+    }
+  }
+  __device__ __forceinline__ void store_stream(uint8_t* p) const {
+    if constexpr (kN == 16) {
+      __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+    } else if constexpr (kN == 8) {
+      __stcs(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
+    } else if constexpr (kN == 4) {
+      __stcs(reinterpret_cast<unsigned int*>(p), w[0]);
+    } else {
+      *p = static_cast<uint8_t>(w[0]);
+    }
+  }
+};
+
+// The unsigned maximum over `width` (a power of two <= 32) aligned lanes of a warp.
+template <int kWidth>
+__device__ __forceinline__ uint32_t lanes_max(uint32_t v) {
+#pragma unroll
+  for (int offset = kWidth / 2; offset > 0; offset >>= 1)
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t lanes_max(uint32_t v, int width) {
+  for (int offset = width >> 1; offset > 0; offset >>= 1)
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Block-wide unsigned maximum; every thread gets it. `shared` holds 32 words; one call site per
+// array (no trailing barrier). blockDim.x a multiple of 32.
+__device__ __forceinline__ uint32_t block_max(uint32_t v, uint32_t* shared) {
+  v = lanes_max<32>(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? shared[lane] : 0u;
+  return lanes_max<32>(v);
+}
+
+}  // namespace quant
