@@ -60,7 +60,9 @@ fi
   echo "static compile: ${STATIC_COMPILE:-${KERNELS_BENCH_STATIC_COMPILE:-targets}}"
 } 2>&1 | tee "$RESULTS/env.txt"
 if [ -n "${TESTS:-}" ]; then
-  python3 -m pytest $TESTS ${TESTS_K:+-k "$TESTS_K"} -m gpu -q -p no:cacheprovider -p no:logging \
+  # TESTS_TIMEOUT (s) interrupts pytest (SIGINT: it still reports what ran) before the call's limit.
+  timeout --signal=INT "${TESTS_TIMEOUT:-0}" \
+    python3 -m pytest $TESTS ${TESTS_K:+-k "$TESTS_K"} -m gpu -q -p no:cacheprovider -p no:logging \
     --timeout=900 \
     --junitxml="$RESULTS/gpu-tests.xml" 2>&1 | tee "$RESULTS/gpu-tests.log" | tail -40
   status=$((status | PIPESTATUS[0]))

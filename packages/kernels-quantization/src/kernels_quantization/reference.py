@@ -31,6 +31,13 @@ def quantize(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return cvt_fp8(v) if dtype == FP8_DTYPE else cvt_int8(v)
 
 
+def divide(a: torch.Tensor, divisor: float) -> torch.Tensor:
+    """``a / divisor`` rounded as one IEEE division on every device. (On CUDA, torch divides by
+    a Python scalar as ``a * (1 / divisor)``, which is 1 ulp off for some ``a``: the scale would
+    depend on the device.)"""
+    return a / a.new_full((), divisor)
+
+
 def per_tensor_quant_fp8(
     x: torch.Tensor, scale: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,7 +48,7 @@ def per_tensor_quant_fp8(
     xf = x.float()
     if scale is None:
         absmax = xf.abs().amax() if xf.numel() else xf.new_zeros(())
-        s = (absmax.clamp(min=DEFAULT_EPS) / FP8_MAX).reshape(1)
+        s = divide(absmax.clamp(min=DEFAULT_EPS), FP8_MAX).reshape(1)
     else:
         s = scale
     return cvt_fp8(xf / s.float().reshape(())), s
@@ -57,7 +64,7 @@ def per_token_quant_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         absmax = xf.new_zeros(xf.shape[0], 1)
     else:
         absmax = xf.abs().amax(dim=-1, keepdim=True)
-    s = absmax.clamp(min=DEFAULT_EPS) / FP8_MAX
+    s = divide(absmax.clamp(min=DEFAULT_EPS), FP8_MAX)
     return cvt_fp8(xf / s), s
 
 
@@ -93,7 +100,7 @@ def per_token_group_quant_8bit(
         absmax = xf.abs().amax(dim=-1)
     else:
         absmax = xf.new_zeros(*lead, groups)
-    s = absmax.clamp(min=eps) / qmax
+    s = divide(absmax.clamp(min=eps), qmax)
     if scale_ue8m0:
         s = ue8m0_round_up(s)
     q = quantize(xf / s.unsqueeze(-1), dst_dtype).reshape(x.shape)
