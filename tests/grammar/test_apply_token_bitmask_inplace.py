@@ -147,3 +147,103 @@ def test_torch_compile_fullgraph():
 
     probs = torch.compile(masked_softmax, fullgraph=True)(logits, bitmask)
     assert torch.equal(probs > 0, expected)
+
+
+# --- every backend on each device against the reference -----------------------------------------
+
+DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+BACKENDS = {"cpu": ("torch",), "cuda": ("cuda", "torch")}
+
+
+def _device_inputs(batch, vocab, dtype, device, seed, density=None, words=None):
+    logits, bitmask = _inputs(batch, vocab, seed=seed, dtype=dtype, words=words)
+    if density is not None:  # words fully allowed with this probability, else random
+        g = torch.Generator().manual_seed(seed + 1)
+        full = torch.rand(bitmask.shape, generator=g) < density
+        bitmask = torch.where(full, torch.full_like(bitmask, -1), bitmask)
+    return logits.to(device), bitmask.to(device)
+
+
+def _check_backends(device, logits, bitmask, **kwargs):
+    expected = logits.clone()
+    reference.apply_token_bitmask_inplace(expected, bitmask, **kwargs)
+    for backend in BACKENDS[device]:
+        got = logits.clone()
+        apply_token_bitmask_inplace(got, bitmask, backend=backend, **kwargs)
+        assert torch.equal(got.isneginf(), expected.isneginf()), backend
+        assert_close(got, expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    ("batch", "vocab"), [(1, 1), (2, 31), (3, 33), (2, 1023), (3, 1025), (2, 4097), (2, 128256)]
+)
+@pytest.mark.parametrize("density", [None, 0.95, 1.0])
+def test_backends_match_reference(device, dtype, batch, vocab, density):
+    logits, bitmask = _device_inputs(batch, vocab, dtype, device, seed=vocab, density=density)
+    _check_backends(device, logits, bitmask)
+    if density is None:
+        _check_backends(device, logits, torch.zeros_like(bitmask))  # everything masked
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_backends_layouts(device, dtype):
+    from shared.testing.inputs import misaligned, row_strided
+
+    logits, bitmask = _device_inputs(4, 1000, dtype, device, seed=11)
+    _check_backends(device, row_strided(logits, extra=3), bitmask)  # scalar path (odd stride)
+    _check_backends(device, row_strided(logits, extra=8), bitmask)
+    _check_backends(device, misaligned(logits), bitmask)
+    _check_backends(device, logits, bitmask, vocab_size=777)
+    wide, words = _device_inputs(4, 1100, dtype, device, seed=12, words=40)  # padded vocab
+    _check_backends(device, wide, words)
+    _check_backends(device, logits[0].clone(), bitmask[0].clone())  # 1-D
+    for dt in (torch.int32, torch.int64):
+        rows = torch.tensor([3, 9, 0, 9, 3, 9, 2], device=device, dtype=dt)[::2]  # strided
+        _check_backends(device, logits, bitmask, indices=rows)
+        _check_backends(device, logits, bitmask[:3].clone(), indices=rows[[1, 3]])
+    _check_backends(
+        device, logits, bitmask, indices=torch.empty(0, device=device, dtype=torch.int32)
+    )
+
+
+@pytest.mark.gpu
+def test_cuda_skips_out_of_range_device_indices():
+    logits, bitmask = _device_inputs(3, 100, torch.float32, "cuda", seed=13)
+    got = logits.clone()
+    apply_token_bitmask_inplace(got, bitmask, indices=torch.tensor([5, -1, 1], device="cuda"))
+    expected = logits.clone()
+    reference.apply_token_bitmask_inplace(expected, bitmask, indices=torch.tensor([1]))
+    assert_close(got, expected)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture():
+    logits, bitmask = _device_inputs(16, 128256, torch.float32, "cuda", seed=14)
+    expected = logits.clone()
+    reference.apply_token_bitmask_inplace(expected, bitmask)
+    work = logits.clone()
+    apply_token_bitmask_inplace(work, bitmask)  # builds and loads before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        apply_token_bitmask_inplace(work, bitmask)
+    work.copy_(logits)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close(work, expected)
+
+
+@pytest.mark.gpu
+def test_cuda_torch_compile_fullgraph():
+    logits, bitmask = _device_inputs(3, 300, torch.bfloat16, "cuda", seed=15)
+
+    def masked(x, m):
+        x = x.clone()
+        apply_token_bitmask_inplace(x, m)
+        return x
+
+    expected = logits.clone()
+    reference.apply_token_bitmask_inplace(expected, bitmask)
+    assert_close(torch.compile(masked, fullgraph=True)(logits, bitmask), expected)

@@ -281,3 +281,94 @@ def _last_slots(out: torch.Tensor, prefix, seq):
         pos += s - p
         slots.append(int(out[pos - 1]) if s > p else None)
     return slots
+
+
+# --- every backend on each device against the reference -----------------------------------------
+
+DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+BACKENDS = {"cpu": ("torch",), "cuda": ("cuda", "torch")}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("ps", [1, 16, 64])
+@pytest.mark.parametrize("batch", [1, 33, 1025, 3000])
+def test_backends_match_simulation(device, dtype, ps, batch):
+    prefix, seq, last, free = _batch(batch, ps, seed=batch + ps)
+    expected = simulate_extend(prefix, seq, last, free, ps)
+    args = [torch.tensor(v, dtype=dtype, device=device) for v in (prefix, seq, last, free)]
+    for backend in BACKENDS[device]:
+        got = alloc_extend(*args, ps, extend_num_tokens=len(expected), backend=backend)
+        assert got.tolist() == expected, backend
+    # decode: one token past each request's sequence
+    dseq = [s + 1 for s in seq]
+    dlast = _last_slots(torch.tensor(expected), prefix, seq)
+    dlast = [d if s > p else lt for d, s, p, lt in zip(dlast, seq, prefix, last, strict=True)]
+    want = simulate_decode(dseq, dlast, free, ps)
+    dargs = [torch.tensor(v, dtype=dtype, device=device) for v in (dseq, dlast, free)]
+    for backend in BACKENDS[device]:
+        got = alloc_decode(*dargs, ps, backend=backend)
+        assert got.tolist() == want, backend
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backends_empty_and_strided(device):
+    t = lambda v: torch.tensor(v, device=device)  # noqa: E731
+    for backend in BACKENDS[device]:
+        assert (
+            alloc_extend(
+                t([3, 5]), t([3, 5]), t([2, 4]), t([1]), 4, extend_num_tokens=0, backend=backend
+            ).numel()
+            == 0
+        )
+        empty = torch.empty(0, dtype=torch.int64, device=device)
+        assert alloc_decode(empty, empty, t([1]), 4, backend=backend).numel() == 0
+        wide = torch.tensor([[2, 0], [0, 0]], device=device)  # strided columns
+        got = alloc_extend(
+            wide[:, 0],
+            t([7, 1]),
+            t([29, -1]),
+            t([2, 5, 6]),
+            4,
+            extend_num_tokens=6,
+            backend=backend,
+        )
+        assert got.tolist() == [30, 31, 8, 9, 10, 20]
+
+
+@pytest.mark.gpu
+def test_cuda_kernel_never_reads_past_the_free_list():
+    """Without validate, a CUDA call whose free list is too short gets -1 slots, not a fault."""
+    t = lambda v: torch.tensor(v, device="cuda")  # noqa: E731
+    got = alloc_decode(t([1, 1, 6]), t([-1, -1, 3]), t([7]), 4, backend="cuda")
+    assert got.tolist() == [28, -1, 4]
+    got = alloc_extend(t([0]), t([9]), t([-1]), t([7, 2]), 4, extend_num_tokens=9, backend="cuda")
+    assert got.tolist() == [28, 29, 30, 31, 8, 9, 10, 11, -1]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("seq", "last", "free", "ps", "message"), _DECODE_BAD)
+def test_cuda_validate_raises_before_launch(seq, last, free, ps, message):
+    t = lambda v, **k: torch.tensor(v, device="cuda", **k)  # noqa: E731
+    with pytest.raises(ValueError, match=message):
+        alloc_decode(t(seq), t(last), t(free, dtype=torch.int64), ps, validate=True)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_and_compile():
+    prefix, seq, last, free = _batch(200, 16, seed=5)
+    expected = simulate_extend(prefix, seq, last, free, 16)
+    args = [torch.tensor(v, device="cuda") for v in (prefix, seq, last, free)]
+    alloc_extend(*args, 16, extend_num_tokens=len(expected))  # builds before capture
+    alloc_decode(args[1] + 1, args[2], args[3], 16)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = alloc_extend(*args, 16, extend_num_tokens=len(expected))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert out.tolist() == expected
+    compiled = torch.compile(
+        lambda p, s, lt, f: alloc_extend(p, s, lt, f, 16, extend_num_tokens=len(expected)) + 0,
+        fullgraph=True,
+    )
+    assert compiled(*args).tolist() == expected

@@ -75,3 +75,69 @@ def test_opcheck_and_compile():
     step(*eager, mapping)
     torch.compile(step, fullgraph=True)(*compiled, mapping)
     assert all(torch.equal(a, b) for a, b in zip(compiled, eager, strict=True))
+
+
+# --- every backend on each device against the loop ----------------------------------------------
+
+DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+BACKENDS = {"cpu": ("torch",), "cuda": ("cuda", "torch")}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8], ids=str)
+@pytest.mark.parametrize(("layers", "shape"), [(1, (3,)), (3, (16, 2, 8)), (2, (5, 7)), (70, (8,))])
+@pytest.mark.parametrize("mapping_dtype", [torch.int32, torch.int64], ids=str)
+def test_backends_match_loop(device, dtype, layers, shape, mapping_dtype):
+    mapping = [(0, 5), (3, 9), (0, 7), (11, 1)]
+    for backend in BACKENDS[device]:
+        keys = [c.to(device) for c in _caches(layers, 12, shape, dtype, seed=1)]
+        values = [c.to(device) for c in _caches(layers, 12, shape, dtype, seed=2)]
+        want_k, want_v = oracle(keys, mapping), oracle(values, mapping)
+        block_mapping = torch.tensor(mapping, dtype=mapping_dtype, device=device)
+        copy_blocks(keys, values, block_mapping, backend=backend)
+        for got, want in zip(keys + values, want_k + want_v, strict=True):
+            assert torch.equal(got, want), backend
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backends_strided_blocks_and_mapping(device):
+    """Caches whose blocks sit apart (a slice of a wider pool) and a strided mapping view."""
+    mapping = [(2, 6), (4, 0)]
+    wide = torch.tensor([[2, 6, 0], [4, 0, 0]], device=device)[:, :2]
+    for backend in BACKENDS[device]:
+        pool = torch.randn(20, 4, 16, device=device)
+        keys = [pool[::2]]  # block stride 2 x 64 floats
+        values = [torch.randn(10, 4, 16, device=device).half()]
+        want_k, want_v = oracle(keys, mapping), oracle(values, mapping)
+        copy_blocks(keys, values, wide, backend=backend)
+        assert torch.equal(keys[0], want_k[0]) and torch.equal(values[0], want_v[0]), backend
+
+
+@pytest.mark.gpu
+def test_cuda_validate_and_skips():
+    keys = [c.cuda() for c in _caches(2, 4, (3,), torch.float32, seed=4)]
+    values = [k.clone() for k in keys]
+    with pytest.raises(ValueError, match=r"destination blocks must not also be sources"):
+        copy_blocks(keys, values, torch.tensor([[0, 2], [2, 3]], device="cuda"), validate=True)
+    before = [k.clone() for k in keys]
+    copy_blocks(keys, values, torch.tensor([[0, 4], [-1, 2]], device="cuda"), backend="cuda")
+    assert all(torch.equal(a, b) for a, b in zip(keys, before, strict=True))
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture():
+    keys = [c.cuda() for c in _caches(4, 64, (16, 8, 32), torch.bfloat16, seed=5)]
+    values = [c.cuda() for c in _caches(4, 64, (16, 8, 32), torch.bfloat16, seed=6)]
+    mapping = [(i, 32 + i) for i in range(0, 32, 3)]
+    want_k, want_v = oracle(keys, mapping), oracle(values, mapping)
+    block_mapping = torch.tensor(mapping, device="cuda")
+    copy_blocks(keys, values, block_mapping)  # builds before capture
+    for c in keys + values:
+        c[32:].zero_()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        copy_blocks(keys, values, block_mapping)
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, want in zip(keys + values, want_k + want_v, strict=True):
+        assert torch.equal(got[32:][::3][:11], want[32:][::3][:11])

@@ -151,3 +151,144 @@ def test_opcheck_and_compile():
     got = torch.compile(step, fullgraph=True)(compiled_table, idx, starts, ends, slots)
     assert torch.equal(got, want) and torch.equal(compiled_table, eager_table)
     assert got.tolist() == [2, 4]
+
+
+# --- every backend on each device against the loops ---------------------------------------------
+
+DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+BACKENDS = {"cpu": ("torch",), "cuda": ("cuda", "torch")}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("table_dtype", [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("batch", [1, 129, 1024])
+def test_backends_get_last_loc(device, table_dtype, index_dtype, batch):
+    rng = random.Random(batch)
+    wide = _table(64, 1010, seed=batch, dtype=table_dtype).to(device)
+    table = wide[:, :1000]  # row-strided
+    idx = [rng.randrange(64) for _ in range(batch)]
+    prefix = [rng.choice([0, 1000, rng.randrange(1001)]) for _ in range(batch)]
+    want = [table[r, p - 1].item() if p > 0 else -1 for r, p in zip(idx, prefix, strict=True)]
+    for backend in BACKENDS[device]:
+        got = get_last_loc(
+            table,
+            torch.tensor(idx, dtype=index_dtype, device=device),
+            torch.tensor(prefix, dtype=index_dtype, device=device),
+            backend=backend,
+        )
+        assert got.dtype == index_dtype
+        assert got.tolist() == want, backend
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("table_dtype", [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("slot_dtype", [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize(("batch", "cols"), [(1, 70000), (7, 40), (256, 600), (1024, 300)])
+def test_backends_write(device, table_dtype, slot_dtype, batch, cols):
+    rng = random.Random(batch * cols)
+    rows = batch + 3
+    base = _table(rows, cols, seed=batch, dtype=table_dtype)
+    idx = rng.sample(range(rows), batch)
+    starts = [rng.randrange(cols + 1) for _ in range(batch)]
+    ends = [rng.choice([s, cols, rng.randrange(s, cols + 1)]) for s in starts]
+    n = sum(e - s for s, e in zip(starts, ends, strict=True))
+    slots = torch.randint(0, 1 << 30, (n,), dtype=slot_dtype)
+    expected = _write_oracle(base, idx, starts, ends, slots.tolist())
+    for backend in BACKENDS[device]:
+        table = base.to(device)
+        write_req_to_token_pool(
+            table,
+            torch.tensor(idx, device=device),
+            torch.tensor(starts, device=device, dtype=torch.int32),
+            torch.tensor(ends, device=device),
+            slots.to(device),
+            backend=backend,
+        )
+        assert torch.equal(table.cpu(), expected), backend
+
+
+@pytest.mark.gpu
+def test_cuda_skips_out_of_range_values():
+    table = _table(4, 10, seed=1).cuda()
+    got = get_last_loc(
+        table,
+        torch.tensor([5, -1, 1, 1], device="cuda"),
+        torch.tensor([3, 3, 11, 10], device="cuda"),
+        backend="cuda",
+    )
+    assert got.tolist() == [-1, -1, -1, table[1, 9].item()]
+    before = table.clone()
+    write_req_to_token_pool(
+        table,
+        torch.tensor([7, 0], device="cuda"),
+        torch.tensor([0, 8], device="cuda"),
+        torch.tensor([2, 12], device="cuda"),
+        torch.arange(6, device="cuda"),
+        backend="cuda",
+    )
+    assert torch.equal(table, before)  # row 7 and the range [8, 12) are out of bounds: skipped
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_and_compile():
+    table = _table(32, 100, seed=3).cuda()
+    idx = torch.arange(31, -1, -1, device="cuda")
+    starts = torch.randint(0, 50, (32,), device="cuda")
+    ends = starts + torch.randint(0, 50, (32,), device="cuda")
+    n = int((ends - starts).sum())
+    slots = torch.randint(0, 1 << 20, (n,), device="cuda")
+    expected = _write_oracle(
+        table.cpu(), idx.tolist(), starts.tolist(), ends.tolist(), slots.tolist()
+    )
+    write_req_to_token_pool(table.clone(), idx, starts, ends, slots)  # builds before capture
+    get_last_loc(table, idx, ends)
+    graph = torch.cuda.CUDAGraph()
+    work = table.clone()
+    with torch.cuda.graph(graph):
+        write_req_to_token_pool(work, idx, starts, ends, slots)
+        last = get_last_loc(work, idx, ends)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(work.cpu(), expected)
+    want = [
+        expected[r, e - 1].item() if e > 0 else -1
+        for r, e in zip(idx.tolist(), ends.tolist(), strict=True)
+    ]
+    assert last.tolist() == want
+    compiled = torch.compile(lambda t, i, p: get_last_loc(t, i, p) + 0, fullgraph=True)
+    assert compiled(work, idx, ends).tolist() == want
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch", [2, 7, 450])
+def test_backends_write_with_prefixes(device, batch):
+    """Radix-cache prefixes in the same launch (more than 200 requests: extra prefix launches),
+    int32 and int64 prefixes, prefixes overlapping the new range (the new slots win), none."""
+    rng = random.Random(batch)
+    rows, cols = batch + 5, 300
+    base = _table(rows, cols, seed=batch)
+    idx = rng.sample(range(rows), batch)
+    starts = [rng.randrange(cols) for _ in range(batch)]
+    ends = [rng.randrange(s, cols + 1) for s in starts]
+    plens = [rng.choice([0, s, min(s + 3, cols)]) for s in starts]
+    prefixes = [
+        torch.randint(0, 1 << 20, (n,), dtype=rng.choice([torch.int32, torch.int64])) for n in plens
+    ]
+    n = sum(e - s for s, e in zip(starts, ends, strict=True))
+    slots = torch.randint(0, 1 << 30, (n,))
+    expected = _write_oracle(
+        base, idx, starts, ends, slots.tolist(), [q.tolist() for q in prefixes]
+    )
+    for backend in BACKENDS[device]:
+        table = base.to(device)
+        write_req_to_token_pool(
+            table,
+            torch.tensor(idx, device=device),
+            torch.tensor(starts, device=device),
+            torch.tensor(ends, device=device),
+            slots.to(device),
+            prefixes=[q.to(device) for q in prefixes],
+            backend=backend,
+        )
+        assert torch.equal(table.cpu(), expected), backend

@@ -1,6 +1,7 @@
 """moe.gate_topk_renorm against a float64 oracle written per token with explicit group scoring:
 DeepSeek-V3 grouped routing, ungrouped (Kimi-K2-like), bias only steering selection, scaling on
-output or not, exact ties of experts and groups, NaN logits, zero-sum rows, bad arguments."""
+output or not, exact ties of experts and groups, NaN logits, zero-sum rows, bad arguments; every
+backend on CPU and GPU (poisoned outputs, strided views, many tokens, CUDA graphs, compile)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ import torch
 
 from kernels_moe import gate_topk_renorm, reference
 from shared.testing.compare import assert_close
+
+BACKENDS = {"cpu": ("torch",), "cuda": ("cuda", "torch")}
+
+
+def _device_params():
+    return [
+        pytest.param("cpu", id="cpu"),
+        pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
+    ]
 
 
 def _spaced_logits(tokens: int, experts: int, seed: int) -> torch.Tensor:
@@ -23,6 +33,8 @@ def _spaced_logits(tokens: int, experts: int, seed: int) -> torch.Tensor:
 
 
 def _expected(logits, bias, k, n_group=1, topk_group=1, renorm=True, scale=1.0, on_output=False):
+    logits = logits.cpu()
+    bias = None if bias is None else bias.cpu()
     weights, ids = [], []
     experts = logits.shape[1]
     size = experts // n_group
@@ -62,74 +74,171 @@ CONFIGS = (  # (E, k, n_group, topk_group)
     (30, 5, 3, 2),  # groups of 10: nothing is a power of two
     (16, 4, 8, 8),  # every group kept
     (12, 2, 6, 1),  # one group of two experts
+    (60, 6, 6, 3),  # groups of 10 spread over lanes
+    (1024, 8, 32, 4),  # 32 experts per lane, 32 groups
+    (96, 32, 4, 4),  # k = 32
 )
 
 
+@pytest.mark.parametrize("device", _device_params())
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
 @pytest.mark.parametrize("on_output", (False, True))
-def test_matches_float64_oracle(config, dtype, on_output):
+def test_matches_float64_oracle(device, config, dtype, on_output):
     experts, k, n_group, topk_group = config
-    logits = _spaced_logits(5, experts, seed=experts).to(dtype)
+    logits = _spaced_logits(5, experts, seed=experts).to(dtype).to(device)
     # A bias small against the logit spacing keeps selection unambiguous but still reorders.
-    bias = _spaced_logits(1, experts, seed=experts + 1)[0] * 0.1
-    w, ids = gate_topk_renorm(
-        logits,
-        bias,
-        k,
-        n_group=n_group,
-        topk_group=topk_group,
-        routed_scaling_factor=2.5,
-        apply_routed_scaling_factor_on_output=on_output,
-    )
+    bias = (_spaced_logits(1, experts, seed=experts + 1)[0] * 0.1).to(device)
     w_ref, ids_ref = _expected(logits, bias, k, n_group, topk_group, True, 2.5, on_output)
-    assert w.dtype == torch.float32 and ids.dtype == torch.int32 and w.shape == (5, k)
-    assert_close(ids, ids_ref)
-    assert_close(w, w_ref.float())
+    for backend in BACKENDS[device]:
+        w, ids = gate_topk_renorm(
+            logits,
+            bias,
+            k,
+            n_group=n_group,
+            topk_group=topk_group,
+            routed_scaling_factor=2.5,
+            apply_routed_scaling_factor_on_output=on_output,
+            backend=backend,
+        )
+        assert w.dtype == torch.float32 and ids.dtype == torch.int32 and w.shape == (5, k)
+        assert_close(ids, ids_ref, name=f"{backend} ids")
+        assert_close(w, w_ref.float(), name=f"{backend} weights")
 
 
-def test_bias_steers_selection_but_not_weights():
-    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
-    bias = torch.tensor([0.0, 0.0, 0.0, 5.0])
-    w, ids = gate_topk_renorm(logits, bias, 2, renormalize=False)
-    assert ids.tolist() == [[3, 0]]
-    assert_close(w, torch.sigmoid(torch.tensor([[-1.0, 2.0]])))
+@pytest.mark.parametrize("device", _device_params())
+@pytest.mark.parametrize("bias_dtype", (torch.bfloat16, torch.float16), ids=str)
+def test_half_bias_and_strided_logits(device, bias_dtype):
+    wide = _spaced_logits(7, 80, seed=11).to(device)
+    logits = wide[:, 8:72]
+    bias = (_spaced_logits(1, 64, seed=12)[0] * 0.1).to(bias_dtype).to(device)
+    w_ref, ids_ref = _expected(logits, bias.float(), 4, 4, 2)
+    for backend in BACKENDS[device]:
+        w, ids = gate_topk_renorm(logits, bias, 4, n_group=4, topk_group=2, backend=backend)
+        assert_close(ids, ids_ref, name=backend)
+        assert_close(w, w_ref.float(), name=backend)
 
 
-def test_without_bias_and_renormalisation():
-    logits = _spaced_logits(3, 16, seed=7)
-    w, ids = gate_topk_renorm(logits, None, 3, renormalize=False)
+@pytest.mark.parametrize("device", _device_params())
+def test_bias_steers_selection_but_not_weights(device):
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]], device=device)
+    bias = torch.tensor([0.0, 0.0, 0.0, 5.0], device=device)
+    for backend in BACKENDS[device]:
+        w, ids = gate_topk_renorm(logits, bias, 2, renormalize=False, backend=backend)
+        assert ids.tolist() == [[3, 0]]
+        assert_close(w, torch.sigmoid(torch.tensor([[-1.0, 2.0]])))
+
+
+@pytest.mark.parametrize("device", _device_params())
+def test_without_bias_and_renormalisation(device):
+    logits = _spaced_logits(3, 16, seed=7).to(device)
     w_ref, ids_ref = _expected(logits, None, 3, renorm=False)
-    assert_close(ids, ids_ref)
-    assert_close(w, w_ref.float())
+    for backend in BACKENDS[device]:
+        w, ids = gate_topk_renorm(logits, None, 3, renormalize=False, backend=backend)
+        assert_close(ids, ids_ref)
+        assert_close(w, w_ref.float())
 
 
-def test_ties_of_experts_and_groups_go_low():
+@pytest.mark.parametrize("device", _device_params())
+def test_ties_of_experts_and_groups_go_low(device):
     # Groups of 2: group scores 1+1 (g0), 1+1 (g1), 1+1 (g2): all tie, keep g0 and g1.
-    logits = torch.zeros(1, 6)
-    bias = torch.ones(6)
-    w, ids = gate_topk_renorm(logits, bias, 3, n_group=3, topk_group=2)
-    assert ids.tolist() == [[0, 1, 2]]
-    assert_close(w, torch.full((1, 3), 1 / 3))
+    logits = torch.zeros(1, 6, device=device)
+    bias = torch.ones(6, device=device)
+    for backend in BACKENDS[device]:
+        w, ids = gate_topk_renorm(logits, bias, 3, n_group=3, topk_group=2, backend=backend)
+        assert ids.tolist() == [[0, 1, 2]]
+        assert_close(w, torch.full((1, 3), 1 / 3))
+    # DeepSeek-sized: every score equal, so groups 0-3 and experts 0-7 win.
+    for backend in BACKENDS[device]:
+        _, ids = gate_topk_renorm(
+            torch.zeros(3, 256, device=device),
+            torch.zeros(256, device=device),
+            8,
+            n_group=8,
+            topk_group=4,
+            backend=backend,
+        )
+        assert ids.tolist() == [list(range(8))] * 3
 
 
-def test_group_score_counts_duplicates():
+@pytest.mark.parametrize("device", _device_params())
+def test_group_score_counts_duplicates(device):
     # Group 0 holds [5, 5, 0] -> 10; group 1 holds [6, 1, 1] -> 7: group 0 wins on its top-2 sum.
-    bias = torch.tensor([5.0, 5.0, 0.0, 6.0, 1.0, 1.0])
-    _, ids = gate_topk_renorm(torch.zeros(1, 6), bias, 2, n_group=2, topk_group=1)
-    assert ids.tolist() == [[0, 1]]
+    bias = torch.tensor([5.0, 5.0, 0.0, 6.0, 1.0, 1.0], device=device)
+    for backend in BACKENDS[device]:
+        _, ids = gate_topk_renorm(
+            torch.zeros(1, 6, device=device), bias, 2, n_group=2, topk_group=1, backend=backend
+        )
+        assert ids.tolist() == [[0, 1]]
 
 
-def test_nan_logits_are_never_preferred_and_zero_sum_is_kept():
-    logits = torch.tensor([[float("nan"), 0.0, 1.0, -1.0], [-200.0, -200.0, -300.0, -300.0]])
-    w, ids = gate_topk_renorm(logits, None, 2)
-    assert ids[0].tolist() == [2, 1]
-    assert ids[1].tolist() == [0, 1] and (w[1] == 0).all()  # sigmoid underflows: sum 0, no NaN
+@pytest.mark.parametrize("device", _device_params())
+def test_nan_logits_are_never_preferred_and_zero_sum_is_kept(device):
+    logits = torch.tensor(
+        [[float("nan"), 0.0, 1.0, -1.0], [-200.0, -200.0, -300.0, -300.0]], device=device
+    )
+    for backend in BACKENDS[device]:
+        w, ids = gate_topk_renorm(logits, None, 2, backend=backend)
+        assert ids[0].tolist() == [2, 1]
+        assert ids[1].tolist() == [0, 1] and (w[1] == 0).all()  # sum 0: no NaN
 
 
-def test_empty():
-    w, ids = gate_topk_renorm(torch.empty(0, 256), torch.zeros(256), 8, n_group=8, topk_group=4)
-    assert w.shape == (0, 8) and ids.shape == (0, 8)
+@pytest.mark.parametrize("device", _device_params())
+def test_empty(device):
+    for backend in BACKENDS[device]:
+        w, ids = gate_topk_renorm(
+            torch.empty(0, 256, device=device),
+            torch.zeros(256, device=device),
+            8,
+            n_group=8,
+            topk_group=4,
+            backend=backend,
+        )
+        assert w.shape == (0, 8) and ids.shape == (0, 8)
+
+
+@pytest.mark.gpu
+def test_many_tokens_match_reference():
+    """DeepSeek-V3 routing at T = 8192 (2048 blocks of 4 warps) against the torch reference on
+    the same device, distinct scores (no rounding ties)."""
+    logits = _spaced_logits(8192, 256, seed=13).cuda()
+    bias = (_spaced_logits(1, 256, seed=14)[0] * 0.1).cuda()
+    kwargs = {"n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5}
+    w, ids = gate_topk_renorm(logits, bias, 8, backend="cuda", **kwargs)
+    w_ref, ids_ref = reference.gate_topk_renorm(logits, bias, 8, 8, 4, True, 2.5)
+    assert_close(ids, ids_ref)
+    assert_close(w, w_ref)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_compile_and_opcheck():
+    from kernels_moe.ops.gate_topk_renorm import GATE_TOPK_RENORM
+
+    logits = _spaced_logits(64, 256, seed=15).cuda()
+    bias = (_spaced_logits(1, 256, seed=16)[0] * 0.1).cuda()
+    w = torch.empty(64, 8, device="cuda")
+    ids = torch.empty(64, 8, dtype=torch.int32, device="cuda")
+    args = (w, ids, logits, bias, 8, 4, True, 2.5, True)
+    GATE_TOPK_RENORM.run(*args)  # builds and loads before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        GATE_TOPK_RENORM.run(*args)
+    w.fill_(float("nan"))
+    ids.fill_(-7)
+    graph.replay()
+    torch.cuda.synchronize()
+    w_ref, ids_ref = reference.gate_topk_renorm(logits, bias, 8, 8, 4, True, 2.5, True)
+    assert_close(ids, ids_ref)
+    assert_close(w, w_ref)
+    torch.library.opcheck(GATE_TOPK_RENORM.torch_op, (*args, None))
+
+    def route(x):
+        return gate_topk_renorm(x * 1.0, bias, 8, n_group=8, topk_group=4)
+
+    wc, idc = torch.compile(route, fullgraph=True)(logits)
+    w_ref, ids_ref = reference.gate_topk_renorm(logits, bias, 8, 8, 4)
+    assert_close(idc, ids_ref)
+    assert_close(wc, w_ref)
 
 
 def test_bad_arguments():

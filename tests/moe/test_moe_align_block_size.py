@@ -1,6 +1,7 @@
 """moe.moe_align_block_size against a brute-force loop: buckets compared as multisets, everything
 else exactly; filtered (-1) slots, empty experts, tiny and large n, many block sizes, int64 ids,
-out-of-range ids, empty input, opcheck."""
+out-of-range ids, empty input, opcheck; every backend on CPU and GPU (the one-block and the
+count / scan / scatter paths, out-of-range ids skipped by the kernel, CUDA graphs, compile)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels_moe import moe_align_block_size
+from kernels_moe import moe_align_block_size, reference
+
+BACKENDS = {"cpu": ("torch",), "cuda": ("cuda", "torch")}
+
+
+def _device_params():
+    return [
+        pytest.param("cpu", id="cpu"),
+        pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
+    ]
 
 
 def _brute_force(ids: torch.Tensor, experts: int, bs: int):
@@ -26,8 +36,9 @@ def _brute_force(ids: torch.Tensor, experts: int, bs: int):
     return layout, blocks, total
 
 
-def _check(ids: torch.Tensor, experts: int, bs: int) -> None:
-    sorted_ids, expert_ids, post = moe_align_block_size(ids, experts, bs)
+def _check(ids: torch.Tensor, experts: int, bs: int, backend: str | None = None) -> None:
+    sorted_ids, expert_ids, post = moe_align_block_size(ids, experts, bs, backend=backend)
+    sorted_ids, expert_ids, post, ids = sorted_ids.cpu(), expert_ids.cpu(), post.cpu(), ids.cpu()
     n = ids.numel()
     p = min(n + (experts + 1) * (bs - 1), n * bs)
     assert sorted_ids.dtype == expert_ids.dtype == post.dtype == torch.int32
@@ -54,10 +65,12 @@ def _check(ids: torch.Tensor, experts: int, bs: int) -> None:
         (9, 2, 5, 1),
     ],
 )
-def test_matches_brute_force(tokens, k, experts, bs):
+@pytest.mark.parametrize("device", _device_params())
+def test_matches_brute_force(device, tokens, k, experts, bs):
     g = torch.Generator().manual_seed(tokens)
-    ids = torch.randint(-1, experts, (tokens, k), generator=g, dtype=torch.int32)
-    _check(ids, experts, bs)
+    ids = torch.randint(-1, experts, (tokens, k), generator=g, dtype=torch.int32).to(device)
+    for backend in BACKENDS[device]:
+        _check(ids, experts, bs, backend)
 
 
 @settings(max_examples=40, deadline=None)
@@ -70,20 +83,31 @@ def test_matches_brute_force(tokens, k, experts, bs):
     wide=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_random(tokens, k, experts, bs, filtered, wide, seed):
+@pytest.mark.parametrize("device", _device_params())
+def test_random(device, tokens, k, experts, bs, filtered, wide, seed):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(-1 if filtered else 0, experts, (tokens, k), generator=g)
-    _check(ids if wide else ids.int(), experts, bs)
+    ids = (ids if wide else ids.int()).to(device)
+    for backend in BACKENDS[device]:
+        _check(ids, experts, bs, backend)
 
 
-def test_vllm_docstring_example():
+@pytest.mark.parametrize("device", _device_params())
+def test_vllm_docstring_example(device):
     """VLLM's example, one bucket per expert: [[2, 3, 4], [1, 2, 4], [1, 3, 4], [1, 2, 3]] with
     block 4 puts expert 1's slots {3, 6, 9} first among the experts."""
     ids = torch.tensor([[2, 3, 4], [1, 2, 4], [1, 3, 4], [1, 2, 3]], dtype=torch.int32)
-    sorted_ids, expert_ids, post = moe_align_block_size(ids, 5, 4)
-    assert post.item() == 16
-    assert expert_ids[:4].tolist() == [1, 2, 3, 4]
-    assert sorted_ids[:16].tolist() == [3, 6, 9, 12, 0, 4, 10, 12, 1, 7, 11, 12, 2, 5, 8, 12]
+    for backend in BACKENDS[device]:
+        sorted_ids, expert_ids, post = moe_align_block_size(ids.to(device), 5, 4, backend=backend)
+        assert post.item() == 16
+        assert expert_ids[:4].tolist() == [1, 2, 3, 4]
+        runs = sorted_ids[:16].view(4, 4).tolist()
+        assert [sorted(r[:3]) + r[3:] for r in runs] == [
+            [3, 6, 9, 12],
+            [0, 4, 10, 12],
+            [1, 7, 11, 12],
+            [2, 5, 8, 12],
+        ]
 
 
 def test_out_of_range_ids_raise():
@@ -127,3 +151,101 @@ def test_opcheck():
         None,
     )
     torch.library.opcheck(MOE_ALIGN_BLOCK_SIZE.torch_op, args)
+
+
+def _check_against_reference(ids: torch.Tensor, experts: int, bs: int, backend: str) -> None:
+    """Large n, vectorised: the same layout as the reference, each bucket's run the same
+    multiset (sorting by (bucket of the position, value) makes both ascending)."""
+    sorted_ids, expert_ids, post = moe_align_block_size(ids, experts, bs, backend=backend)
+    ref_sorted, ref_experts, ref_post = reference.moe_align_block_size(ids, experts, bs)
+    assert post.item() == ref_post.item()
+    used = ref_post.item() // bs
+    assert torch.equal(expert_ids[:used], ref_experts[:used])
+    n = ids.numel()
+    region = torch.repeat_interleave(ref_experts[:used].long() + 1, bs)  # bucket per position
+    total = ref_post.item()
+    assert torch.equal(sorted_ids[total:], ref_sorted[total:])
+    for got in (sorted_ids, ref_sorted):
+        assert got.dtype == torch.int32
+    ours = torch.sort(region * (n + 1) + sorted_ids[:total].long()).values
+    theirs = region * (n + 1) + ref_sorted[:total].long()
+    assert torch.equal(ours, theirs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("tokens", "k", "experts", "bs"),
+    [
+        (1, 8, 256, 64),
+        (64, 8, 256, 64),
+        (512, 8, 256, 64),  # n = 4096: the largest one-block call
+        (513, 8, 256, 64),  # the count / scan / scatter path from here on
+        (8192, 8, 256, 64),
+        (16384, 8, 256, 128),
+        (3000, 2, 8, 16),  # Mixtral: few buckets, many slots each
+        (4096, 6, 1024, 32),  # the widest E
+        (20000, 1, 3, 1),
+    ],
+)
+@pytest.mark.parametrize("wide", (False, True))
+def test_cuda_paths_match_reference(tokens, k, experts, bs, wide):
+    g = torch.Generator().manual_seed(tokens + experts)
+    ids = torch.randint(-1, experts, (tokens, k), generator=g, dtype=torch.int32).cuda()
+    _check_against_reference(ids.long() if wide else ids, experts, bs, "cuda")
+
+
+@pytest.mark.gpu
+def test_cuda_all_slots_in_one_expert():
+    ids = torch.full((5000, 8), 7, dtype=torch.int32, device="cuda")
+    _check_against_reference(ids, 256, 64, "cuda")
+    ids = torch.full((100, 8), -1, dtype=torch.int32, device="cuda")
+    _check_against_reference(ids, 256, 64, "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", (5, 1100))  # one block; count / scan / scatter
+def test_cuda_skips_out_of_range_ids(tokens):
+    """OPS.md: ids outside [-1, E) raise in the reference and are skipped by the kernel."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(-3, 12, (tokens, 4), generator=g, dtype=torch.int32)
+    _check(ids.cuda(), 10, 16, "cuda")
+
+
+@pytest.mark.gpu
+def test_cuda_graph_and_compile():
+    from kernels_moe.ops.moe_align_block_size import MOE_ALIGN_BLOCK_SIZE
+
+    for tokens in (16, 8192):
+        g = torch.Generator().manual_seed(tokens)
+        ids = torch.randint(-1, 256, (tokens, 8), generator=g, dtype=torch.int32).cuda()
+        n = ids.numel()
+        p, blocks = reference.moe_align_block_size_sizes(n, 256, 64)
+        outs = (
+            torch.empty(p, dtype=torch.int32, device="cuda"),
+            torch.empty(blocks, dtype=torch.int32, device="cuda"),
+            torch.empty(1, dtype=torch.int32, device="cuda"),
+        )
+        args = (*outs, ids, 256, 64, True)
+        MOE_ALIGN_BLOCK_SIZE.run(*args)  # builds and loads before capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            MOE_ALIGN_BLOCK_SIZE.run(*args)
+        for t in outs:
+            t.fill_(-12345)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_sorted, ref_experts, ref_post = reference.moe_align_block_size(ids, 256, 64)
+        assert outs[2].item() == ref_post.item()
+        used = ref_post.item() // 64
+        assert torch.equal(outs[1][:used], ref_experts[:used])
+        assert torch.equal(torch.sort(outs[0]).values, torch.sort(ref_sorted).values)
+        torch.library.opcheck(MOE_ALIGN_BLOCK_SIZE.torch_op, (*args, None))
+
+    def align(x):
+        return moe_align_block_size(x + 0, 256, 64)
+
+    ids = torch.randint(-1, 256, (64, 8), dtype=torch.int32, device="cuda")
+    sorted_ids, _, post = torch.compile(align, fullgraph=True)(ids)
+    ref_sorted, _, ref_post = reference.moe_align_block_size(ids, 256, 64)
+    assert post.item() == ref_post.item()
+    assert torch.equal(torch.sort(sorted_ids).values, torch.sort(ref_sorted).values)

@@ -1,6 +1,7 @@
 """moe.topk_softmax against a float64 oracle with explicit per-row selection: Mixtral, Qwen3 and
 non-power-of-two expert counts, softcapping, correction bias, renormalisation, exact ties, NaN rows,
-empty input, bad arguments, opcheck and torch.compile."""
+empty input, bad arguments, opcheck and torch.compile; every backend on CPU and GPU (poisoned
+outputs, E up to 384, E not a power of two, many tokens per block, CUDA graphs)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,15 @@ import torch
 from kernels_moe import reference, topk_softmax
 from shared.testing.compare import assert_close
 
+BACKENDS = {"cpu": ("torch",), "cuda": ("cuda", "torch")}
+
+
+def _device_params():
+    return [
+        pytest.param("cpu", id="cpu"),
+        pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
+    ]
+
 
 def _spaced_logits(tokens: int, experts: int, seed: int) -> torch.Tensor:
     """Distinct logits at least 0.01 apart in every row, so fp32 and fp64 agree on the order."""
@@ -21,6 +31,8 @@ def _spaced_logits(tokens: int, experts: int, seed: int) -> torch.Tensor:
 
 
 def _expected(gating, k, renormalize, softcap=0.0, bias=None):
+    gating = gating.cpu()
+    bias = None if bias is None else bias.cpu()
     weights, ids = [], []
     for row in gating.double().tolist():
         logits = [softcap * math.tanh(v / softcap) if softcap else v for v in row]
@@ -41,10 +53,10 @@ def _expected(gating, k, renormalize, softcap=0.0, bias=None):
     )
 
 
-def _run(gating, k, renormalize=False, **kwargs):
-    w = torch.full((gating.shape[0], k), float("nan"))
-    ids = torch.full((gating.shape[0], k), -7, dtype=torch.int32)
-    out = topk_softmax(w, ids, gating, renormalize, **kwargs)
+def _run(gating, k, renormalize=False, backend=None, **kwargs):
+    w = torch.full((gating.shape[0], k), float("nan"), device=gating.device)
+    ids = torch.full((gating.shape[0], k), -7, dtype=torch.int32, device=gating.device)
+    out = topk_softmax(w, ids, gating, renormalize, backend=backend, **kwargs)
     assert out[0] is w and out[1] is ids
     return w, ids
 
@@ -56,54 +68,134 @@ CONFIGS = (  # (T, E, k): Mixtral, Qwen3-MoE, GPT-OSS, non-power-of-two E, k = E
     (7, 60, 6),
     (3, 6, 6),
     (2, 1, 1),
+    (11, 256, 8),  # DeepSeek-sized softmax routing: 8 experts per lane
+    (6, 384, 8),  # 12 experts per lane
+    (5, 33, 32),  # k = 32, one expert past a warp
+    (3, 1000, 4),  # 32 experts per lane, a partial last slot
 )
 
 
+@pytest.mark.parametrize("device", _device_params())
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16), ids=str)
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
 @pytest.mark.parametrize("renormalize", (False, True))
-def test_matches_float64_oracle(dtype, config, renormalize):
+def test_matches_float64_oracle(device, dtype, config, renormalize):
     tokens, experts, k = config
-    gating = _spaced_logits(tokens, experts, seed=experts).to(dtype)
-    w, ids = _run(gating, k, renormalize)
+    gating = _spaced_logits(tokens, experts, seed=experts).to(dtype).to(device)
     w_ref, ids_ref = _expected(gating, k, renormalize)
-    assert_close(ids, ids_ref)
-    assert_close(w, w_ref.float())
+    for backend in BACKENDS[device]:
+        w, ids = _run(gating, k, renormalize, backend=backend)
+        assert_close(ids, ids_ref, name=f"{backend} ids")
+        assert_close(w, w_ref.float(), name=f"{backend} weights")
 
 
-def test_softcap_and_correction_bias():
-    gating = _spaced_logits(6, 32, seed=1) * 4
+@pytest.mark.parametrize("device", _device_params())
+def test_softcap_and_correction_bias(device):
+    gating = (_spaced_logits(6, 32, seed=1) * 4).to(device)
     bias = torch.linspace(-0.3, 0.3, 32)[
         torch.randperm(32, generator=torch.Generator().manual_seed(2))
     ]
-    w, ids = _run(gating, 4, True, moe_softcapping=3.0, correction_bias=bias)
     w_ref, ids_ref = _expected(gating, 4, True, softcap=3.0, bias=bias)
-    assert_close(ids, ids_ref)
-    assert_close(w, w_ref.float())
+    for b in (bias, bias.bfloat16().float(), bias.bfloat16()):
+        w_ref, ids_ref = _expected(gating, 4, True, softcap=3.0, bias=b.float())
+        for backend in BACKENDS[device]:
+            w, ids = _run(
+                gating, 4, True, backend, moe_softcapping=3.0, correction_bias=b.to(device)
+            )
+            assert_close(ids, ids_ref, name=f"{backend} ids")
+            assert_close(w, w_ref.float(), name=f"{backend} weights")
 
 
-def test_ties_go_to_the_lower_expert():
-    gating = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0], [2.0, 2.0, 2.0, 2.0, 2.0]])
-    w, ids = _run(gating, 3)
-    assert ids.tolist() == [[1, 2, 4], [0, 1, 2]]
-    assert_close(w[1], torch.full((3,), 0.2))
+@pytest.mark.parametrize("device", _device_params())
+def test_ties_go_to_the_lower_expert(device):
+    gating = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0], [2.0, 2.0, 2.0, 2.0, 2.0]], device=device)
+    for backend in BACKENDS[device]:
+        w, ids = _run(gating, 3, backend=backend)
+        assert ids.tolist() == [[1, 2, 4], [0, 1, 2]]
+        assert_close(w[1], torch.full((3,), 0.2, device=device))
+    # Ties across lanes and slots of a wide row: experts 5, 40, 77, 300 share the maximum.
+    wide = torch.zeros(2, 320, device=device)
+    wide[:, [300, 77, 40, 5]] = 4.0
+    for backend in BACKENDS[device]:
+        _, ids = _run(wide, 6, backend=backend)
+        assert ids.tolist() == [[5, 40, 77, 300, 0, 1]] * 2
 
 
-def test_nan_logits_give_nan_weights():
-    gating = torch.tensor([[0.0, float("nan"), 1.0], [0.0, 1.0, 2.0]])
-    w, _ = _run(gating, 2)
-    assert w[0].isnan().all() and not w[1].isnan().any()
+@pytest.mark.parametrize("device", _device_params())
+def test_nan_logits_give_nan_weights(device):
+    gating = torch.tensor([[0.0, float("nan"), 1.0], [0.0, 1.0, 2.0]], device=device)
+    for backend in BACKENDS[device]:
+        w, ids = _run(gating, 2, backend=backend)
+        assert w[0].isnan().all() and not w[1].isnan().any()
+        assert ((ids >= 0) & (ids < 3)).all()
 
 
-def test_strided_gating_and_empty():
-    wide = _spaced_logits(4, 40, seed=3)
+@pytest.mark.parametrize("device", _device_params())
+def test_strided_gating_and_empty(device):
+    wide = _spaced_logits(4, 40, seed=3).to(device)
     gating = wide[:, 4:36]
-    w, ids = _run(gating, 3)
     w_ref, ids_ref = _expected(gating, 3, False)
+    for backend in BACKENDS[device]:
+        w, ids = _run(gating, 3, backend=backend)
+        assert_close(ids, ids_ref)
+        assert_close(w, w_ref.float())
+        w, ids = _run(torch.empty(0, 8, device=device), 2, backend=backend)
+        assert w.shape == (0, 2) and ids.shape == (0, 2)
+
+
+@pytest.mark.parametrize("device", _device_params())
+def test_strided_outputs(device):
+    gating = _spaced_logits(7, 64, seed=6).to(device)
+    w_ref, ids_ref = _expected(gating, 4, True)
+    for backend in BACKENDS[device]:
+        w = torch.full((4, 7), float("nan"), device=device).t()
+        ids = torch.full((7, 8), -7, dtype=torch.int32, device=device)[:, ::2]
+        topk_softmax(w, ids, gating, True, backend=backend)
+        assert_close(ids, ids_ref, name=backend)
+        assert_close(w, w_ref.float(), name=backend)
+
+
+@pytest.mark.gpu
+def test_many_tokens_match_reference():
+    """T = 8192 (2048 blocks of 4 warps), E = 256, distinct logits (no rounding ties): the CUDA
+    kernel against the torch reference on the same device."""
+    gating = _spaced_logits(8192, 256, seed=8).cuda()
+    w, ids = _run(gating, 8, True, "cuda")
+    w_ref, ids_ref = reference.topk_softmax(gating, 8, True)
     assert_close(ids, ids_ref)
-    assert_close(w, w_ref.float())
-    w, ids = _run(torch.empty(0, 8), 2)
-    assert w.shape == (0, 2) and ids.shape == (0, 2)
+    assert_close(w, w_ref)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_and_compile():
+    gating = _spaced_logits(64, 256, seed=9).cuda()
+    w = torch.empty(64, 8, device="cuda")
+    ids = torch.empty(64, 8, dtype=torch.int32, device="cuda")
+    topk_softmax(w, ids, gating, True)  # builds and loads before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        topk_softmax(w, ids, gating, True)
+    w.fill_(float("nan"))
+    ids.fill_(-7)
+    graph.replay()
+    torch.cuda.synchronize()
+    w_ref, ids_ref = reference.topk_softmax(gating, 8, True)
+    assert_close(ids, ids_ref)
+    assert_close(w, w_ref)
+
+    def route(g):
+        a = torch.empty(g.shape[0], 8, device=g.device)
+        b = torch.empty(g.shape[0], 8, dtype=torch.int32, device=g.device)
+        topk_softmax(a, b, g * 2, True)
+        return a, b
+
+    wc, idc = torch.compile(route, fullgraph=True)(gating)
+    w_ref, ids_ref = reference.topk_softmax(gating * 2, 8, True)
+    assert_close(idc, ids_ref)
+    assert_close(wc, w_ref)
+    from kernels_moe.ops.topk_softmax import TOPK_SOFTMAX
+
+    torch.library.opcheck(TOPK_SOFTMAX.torch_op, (w, ids, gating, True, 0.0, None, None))
 
 
 def test_bad_arguments():

@@ -107,9 +107,14 @@ def test_wheel_check_requires_license_and_py_typed(tmp_path):
         b"Project-URL: Homepage, https://example.org\n"
         b"Requires-Dist: kernels-jit<0.2,>=0.1\nRequires-Dist: torch<3,>=2.9\n"
     )
+    package = ROOT / "packages" / "kernels-grammar" / "src" / "kernels_grammar"
+    sources = {  # the group's CUDA sources, which a wheel must ship
+        f"kernels_grammar/{p.relative_to(package)}": b"" for p in package.glob("csrc/*")
+    }
     good = {
         "kernels_grammar/__init__.py": b"",
         "kernels_grammar/py.typed": b"",
+        **sources,
         "kernels_grammar-0.1.0.dist-info/METADATA": metadata,
         "kernels_grammar-0.1.0.dist-info/licenses/LICENSE": licence,
     }

@@ -14,11 +14,13 @@ from kernels_jit.registry import FLOATS, lazy_ops, op, register_group
 OPS = register_group(
     __name__,
     op("timestep_embedding", "sinusoidal timestep embedding (diffusers formula, flip option)",
+       "cuda", dtypes=FLOATS),
+    op("residual_gate_add", "r + gate * x with per-sample or per-token gates", "cuda",
        dtypes=FLOATS),
-    op("residual_gate_add", "r + gate * x with per-sample or per-token gates", dtypes=FLOATS),
-    op("layernorm_scale_shift", "adaLN modulation LN(x) * (1 + scale) + shift", dtypes=FLOATS),
+    op("layernorm_scale_shift", "adaLN modulation LN(x) * (1 + scale) + shift", "cuda",
+       dtypes=FLOATS),
     op("group_norm_silu", "GroupNorm (fp32 statistics) followed by SiLU, NC* or channels-last",
-       dtypes=FLOATS),
+       "cuda", dtypes=FLOATS),
 )  # fmt: skip
 
 __all__ = [

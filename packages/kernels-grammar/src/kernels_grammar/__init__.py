@@ -13,7 +13,7 @@ from kernels_jit.registry import FLOATS, lazy_ops, op, register_group
 OPS = register_group(
     __name__,
     op("apply_token_bitmask_inplace", "logits of tokens whose bitmask bit is 0 -> -inf, in place",
-       dtypes=FLOATS),
+       "cuda", dtypes=FLOATS),
 )  # fmt: skip
 
 __all__ = ["OPS", "__version__", "apply_token_bitmask_inplace"]

@@ -9,7 +9,7 @@ first attribute access::
     slots = kernels_memory.alloc_decode(seq_lens, last, free_pages, page_size=16)
 """
 
-from kernels_jit.registry import FLOATS, lazy_ops, op, register_group
+from kernels_jit.registry import lazy_ops, op, register_group
 from kernels_memory.version import __version__
 
 _INDEX = ("int32", "int64")
@@ -19,27 +19,32 @@ OPS = register_group(
     op(
         "get_last_loc",
         "slot of each request's last prefix token, -1 if the prefix is empty",
+        "cuda",
         dtypes=_INDEX,
     ),
     op(
         "write_req_to_token_pool",
         "write allocated slots into the request-to-token table for [start, end) per request",
+        "cuda",
         dtypes=_INDEX,
     ),
     op(
         "alloc_decode",
         "one slot per request: continue the last page or take a free page",
+        "cuda",
         dtypes=_INDEX,
     ),
     op(
         "alloc_extend",
         "slots for extend tokens: rest of the last page, then new pages from the free list",
+        "cuda",
         dtypes=_INDEX,
     ),
     op(
         "copy_blocks",
-        "copy KV blocks src -> dst across every layer's key and value cache",
-        dtypes=(*FLOATS, "float8_e4m3fn", "int8", "uint8"),
+        "copy KV blocks src -> dst across every layer's key and value cache (any cache dtype)",
+        "cuda",
+        dtypes=_INDEX,  # of block_mapping, the tensor dispatch looks at
     ),
 )
 

@@ -153,3 +153,25 @@ def check_alloc_extend_values(
     needed = int(new_pages.sum()) if new_pages.numel() else 0
     check_free_pages(op, free_pages, needed, f"the requests need {needed} new pages")
     return needed
+
+
+def check_block_mapping_values(op: str, block_mapping: torch.Tensor, blocks: int) -> None:
+    """copy_blocks: every index in [0, blocks), destinations unique and not also sources."""
+    mapping = block_mapping.long()
+    if not mapping.numel():
+        return
+    low, high = int(mapping.min()), int(mapping.max())
+    if low < 0 or high >= blocks:
+        raise ValueError(
+            f"{op}: block_mapping values must lie in [0, {blocks}) (blocks of the caches), got "
+            f"values in [{low}, {high}]"
+        )
+    src, dst = mapping[:, 0], mapping[:, 1]
+    if torch.unique(dst).numel() != dst.numel():
+        raise ValueError(f"{op}: destination blocks must be unique, got {dst.tolist()[:16]}")
+    clash = torch.isin(dst, src)
+    if bool(clash.any()):
+        raise ValueError(
+            f"{op}: destination blocks must not also be sources, got {dst[clash].tolist()[:8]} "
+            "in both"
+        )

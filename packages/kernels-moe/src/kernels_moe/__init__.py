@@ -15,19 +15,27 @@ OPS = register_group(
     op(
         "topk_softmax",
         "softmax top-k routing: fp32 weights, int32 ids, renormalise",
+        "cuda",
         dtypes=FLOATS,
     ),
     op(
         "gate_topk_renorm",
         "sigmoid + bias grouped top-k routing (DeepSeek-V3 noaux_tc)",
+        "cuda",
         dtypes=("float32", "bfloat16"),
     ),
     op(
         "moe_align_block_size",
         "sort token slots by expert, padded to the block size",
+        "cuda",
         dtypes=("int32", "int64"),
     ),
-    op("moe_sum_reduce", "weighted sum of the k expert outputs per token", dtypes=FLOATS),
+    op(
+        "moe_sum_reduce",
+        "weighted sum of the k expert outputs per token",
+        "cuda",
+        dtypes=FLOATS,
+    ),
 )
 
 __all__ = [

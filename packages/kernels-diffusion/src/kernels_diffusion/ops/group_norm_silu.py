@@ -1,6 +1,9 @@
 """diffusion.group_norm_silu: GroupNorm followed by SiLU (VAE and UNet blocks).
 
-Backends: the pure-torch reference only (fp32 math, rounded once).
+Backends: CUDA (groups split across CTAs when N x G under-fills the GPU: one read of x where a
+group's tiles can all be resident, register-held tiles that wait for their group's statistics;
+else two kernels, partial sums then the normalisation; contiguous NC* or channels-last x) and the
+pure-torch reference (fp32 math, rounded once).
 """
 
 from __future__ import annotations
@@ -9,10 +12,69 @@ import torch
 
 from kernels_diffusion import reference
 from kernels_diffusion._checks import FLOATS, check_float
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 
 OP_ID = "diffusion.group_norm_silu"
+
+GROUP_NORM_SILU_CUDA = ModuleSpec(
+    name="group_norm_silu",
+    package="kernels_diffusion",
+    sources=("csrc/group_norm_silu.cuh",),
+    exports=(("group_norm_silu", "group_norm_silu"),),
+    description="CUDA: GroupNorm + SiLU, groups split across CTAs (partial sums, normalise)",
+)
+
+_group_norm_silu_kernels = CompiledFunction(GROUP_NORM_SILU_CUDA, "group_norm_silu")
+# CTAs per group at most; the C++ side takes fewer when N x G already fills the GPU.
+_MAX_SPLITS = 128
+# Units (packs or elements) per tile of the one-read kernel (kFusedTile in the source).
+_FUSED_TILE = 2048
+
+
+def _group_norm_silu_cuda(
+    out: torch.Tensor,
+    x: torch.Tensor,
+    num_groups: int,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    eps: float,
+    channels_last: bool,
+) -> None:
+    # The per-CTA partial sums live in a workspace from torch's caching allocator (the C++
+    # entry allocates nothing); every slot that is read is written first, so no zeroing. The
+    # one-read kernel needs 2 floats per tile of 2048 units (at most N * G + numel / 2048 tiles)
+    # and zeroed arrival counters, one per group.
+    groups = x.shape[0] * num_groups
+    max_splits = max(1, min(_MAX_SPLITS, 4096 // max(groups, 1)))
+    floats = 2 * max(groups * max_splits, groups + x.numel() // _FUSED_TILE + 1)
+    workspace = torch.empty(floats, dtype=torch.float32, device=x.device)
+    arrived = torch.zeros(groups, dtype=torch.int32, device=x.device)
+    _group_norm_silu_kernels(
+        out, x, num_groups, weight, bias, eps, channels_last, workspace, arrived, max_splits
+    )
+
+
+def _group_norm_silu_cuda_eligible(
+    out: torch.Tensor,
+    x: torch.Tensor,
+    num_groups: int,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    eps: float,
+    channels_last: bool,
+) -> str | None:
+    if not (x.is_contiguous() and out.is_contiguous()):
+        return "needs contiguous x and out"
+    if weight.dtype != bias.dtype or (weight.dtype not in (x.dtype, torch.float32)):
+        return "needs weight and bias of one dtype, x's or float32"
+    if not (weight.is_contiguous() and bias.is_contiguous()):
+        return "needs contiguous weight and bias"
+    if eps < 0:
+        return "needs eps >= 0"
+    return None
 
 
 def _group_norm_silu_torch(
@@ -50,6 +112,10 @@ def group_norm_silu(
     weight, bias : [C].
     eps : added to the variance.
     channels_last : x (and the output) hold channels in the last dim.
+    backend : force ``cuda`` or ``torch`` instead of the best eligible one.
+
+    The CUDA backend takes contiguous x (NC* or channels-last) with weight and bias of one
+    dtype, x's or float32; other calls run on the reference.
     """
     check_tensor(OP_ID, "x", x, dtypes=FLOATS)
     if x.dim() < 2:
@@ -75,14 +141,18 @@ def group_norm_silu(
 
 
 def _group_norm_silu_samples(device: torch.device) -> list[tuple[tuple, dict]]:
-    """Small random calls for ``kernels-ops check``: NCHW and channels-last, spatial size 1."""
+    """Small random calls for ``kernels-ops check``: every dtype, NCHW and channels-last (packed
+    and scalar), x-dtype and fp32 weights, spatial size 1."""
     g = torch.Generator().manual_seed(0)
     w, b = torch.randn(64, generator=g).to(device), torch.randn(64, generator=g).to(device)
-    x = torch.randn(2, 64, 5, 7, generator=g).to(torch.bfloat16).to(device)
-    last = torch.randn(2, 3, 3, 64, generator=g).to(device)
+    cases: list[tuple[tuple, dict]] = []
+    for dtype in FLOATS:
+        x = torch.randn(2, 64, 5, 8, generator=g).to(dtype).to(device)
+        last = torch.randn(2, 3, 3, 64, generator=g).to(dtype).to(device)
+        cases.append(((x, 32, w, b), {}))
+        cases.append(((last, 8, w.to(dtype), b.to(dtype)), {"channels_last": True}))
+    odd = torch.randn(2, 64, 5, 7, generator=g).to(torch.bfloat16).to(device)
     point = torch.randn(3, 64, 1, generator=g).to(device)
-    return [
-        ((x, 32, w, b), {}),
-        ((last, 8, w, b), {"channels_last": True}),
-        ((point, 16, w, b, 1e-6), {}),
-    ]
+    cases.append(((odd, 32, w, b), {}))
+    cases.append(((point, 16, w, b, 1e-6), {}))
+    return cases

@@ -1,6 +1,7 @@
 """diffusion.timestep_embedding: sinusoidal embedding of diffusion timesteps (diffusers).
 
-Backends: the pure-torch reference only (fp32 math, rounded once).
+Backends: CUDA (one thread per 16-byte pack of frequencies, accurate sincosf) and the
+pure-torch reference (fp32 math, rounded once).
 """
 
 from __future__ import annotations
@@ -9,11 +10,23 @@ import torch
 
 from kernels_diffusion import reference
 from kernels_diffusion._checks import FLOATS, check_float
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 
 OP_ID = "diffusion.timestep_embedding"
 T_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64)
+
+TIMESTEP_EMBEDDING_CUDA = ModuleSpec(
+    name="timestep_embedding",
+    package="kernels_diffusion",
+    sources=("csrc/timestep_embedding.cuh",),
+    exports=(("timestep_embedding", "timestep_embedding"),),
+    description="CUDA: sinusoidal timestep embedding, 16-byte stores, accurate sincosf",
+)
+
+_timestep_embedding_cuda = CompiledFunction(TIMESTEP_EMBEDDING_CUDA, "timestep_embedding")
 
 
 def _timestep_embedding_torch(
@@ -32,7 +45,24 @@ def _timestep_embedding_torch(
     )
 
 
-TIMESTEP_EMBEDDING = Op(_timestep_embedding_torch, mutates=("out",), device="t")
+def _timestep_embedding_cuda_eligible(
+    out: torch.Tensor,
+    t: torch.Tensor,
+    dim: int,
+    flip_sin_to_cos: bool,
+    downscale_freq_shift: float,
+    scale: float,
+    max_period: float,
+) -> str | None:
+    if t.dtype not in T_DTYPES:
+        return "needs t of float32, float16, bfloat16, float64, int32 or int64"
+    if out.dim() == 2 and out.shape[1] > 1 and out.stride(1) != 1:
+        return "needs a contiguous last dim of out"
+    return None
+
+
+# Dispatch keys on out (its dtype is the op's: t may be an integer tensor).
+TIMESTEP_EMBEDDING = Op(_timestep_embedding_torch, mutates=("out",), device="out")
 
 
 def timestep_embedding(
@@ -88,11 +118,13 @@ def timestep_embedding(
 
 
 def _timestep_embedding_samples(device: torch.device) -> list[tuple[tuple, dict]]:
-    """Small random calls for ``kernels-ops check``: both layouts, an odd dim, bf16 output."""
+    """Small random calls for ``kernels-ops check``: every output dtype, both layouts, an odd
+    dim, integer timesteps."""
     g = torch.Generator().manual_seed(0)
     t = torch.rand(7, generator=g) * 1000
     return [
         ((t.to(device), 256), {}),
         ((t.to(device), 321), {"flip_sin_to_cos": True, "downscale_freq_shift": 0.0}),
         ((t.to(device), 64), {"scale": 1000.0, "out_dtype": torch.bfloat16}),
+        ((t.long().to(device), 160), {"out_dtype": torch.float16}),
     ]

@@ -1,4 +1,8 @@
-"""grammar.apply_token_bitmask_inplace: mask the logits of tokens a grammar forbids (in place)."""
+"""grammar.apply_token_bitmask_inplace: mask the logits of tokens a grammar forbids (in place).
+
+CUDA: one warp per 32 mask words of a row; fully allowed words cost only their mask read, fully
+masked 16-byte chunks are one -inf store (csrc/apply_token_bitmask_inplace.cuh).
+"""
 
 from __future__ import annotations
 
@@ -7,16 +11,38 @@ from collections.abc import Sequence
 import torch
 
 from kernels_grammar import reference
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
-from kernels_jit.validation import check_same_device, check_tensor
+from kernels_jit.loader import CompiledFunction
+from kernels_jit.validation import check_same_device, check_tensor, last_dim_contiguous
 
 OP_ID = "grammar.apply_token_bitmask_inplace"
+
+APPLY_TOKEN_BITMASK_INPLACE_CUDA = ModuleSpec(
+    name="apply_token_bitmask_inplace",
+    package="kernels_grammar",
+    sources=("csrc/apply_token_bitmask_inplace.cuh",),
+    exports=(("apply_token_bitmask_inplace", "apply_token_bitmask_inplace"),),
+    description="CUDA: a warp per 32 mask words, allowed words skipped, 16-byte -inf stores",
+)
+_apply_token_bitmask_inplace_cuda = CompiledFunction(
+    APPLY_TOKEN_BITMASK_INPLACE_CUDA, "apply_token_bitmask_inplace"
+)
 
 
 def _apply_token_bitmask_inplace_torch(
     logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.Tensor | None, vocab_size: int
 ) -> None:
     reference.apply_token_bitmask_inplace(logits, bitmask, indices=indices, vocab_size=vocab_size)
+
+
+def _apply_token_bitmask_inplace_cuda_eligible(
+    logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.Tensor | None, vocab_size: int
+) -> str | None:
+    """The kernel indexes rows of a contiguous last dim (any row stride)."""
+    if not (last_dim_contiguous(logits) and last_dim_contiguous(bitmask)):
+        return "needs a contiguous last dim in logits and bitmask"
+    return None
 
 
 APPLY_TOKEN_BITMASK_INPLACE = Op(
@@ -44,7 +70,9 @@ def apply_token_bitmask_inplace(
     bitmask : int32 [B, W] or [W] (same number of dims as logits), W >= ceil(vocab_size / 32).
     indices : optional int32/int64 tensor or list of row ids: mask only these rows, each with
         its own ``bitmask[r]``; other rows are untouched, duplicates are harmless. Without indices
-        the bitmask must have B rows.
+        the bitmask must have B rows. A list is checked against ``[0, min(B, B'))`` here; a
+        tensor is checked by the torch reference, while the CUDA kernel (no host sync) skips a
+        row id outside that range.
     vocab_size : tokens to mask, default ``min(V, 32 * W)``; at most that.
     """
     check_tensor(OP_ID, "logits", logits, dtypes=LOGIT_DTYPES, ndim=(1, 2))
@@ -63,7 +91,14 @@ def apply_token_bitmask_inplace(
         )
     if indices is not None:
         if not isinstance(indices, torch.Tensor):
-            indices = torch.tensor(list(indices), dtype=torch.int32, device=logits.device)
+            indices = list(indices)
+            limit_rows = min(logits.shape[0], bitmask.shape[0]) if logits.dim() == 2 else 1
+            if indices and (min(indices) < 0 or max(indices) >= limit_rows):
+                raise ValueError(
+                    f"{OP_ID}: indices must lie in [0, {limit_rows}) (rows of logits and "
+                    f"bitmask), got values in [{min(indices)}, {max(indices)}]"
+                )
+            indices = torch.tensor(indices, dtype=torch.int32, device=logits.device)
         check_tensor(
             OP_ID,
             "indices",
@@ -96,6 +131,9 @@ def _apply_token_bitmask_inplace_samples(device: torch.device) -> list[tuple[tup
         logits = torch.randn(batch, vocab, generator=g)
         bitmask = torch.randint(-(2**31), 2**31 - 1, (batch, words), generator=g, dtype=torch.int32)
         cases.append(((logits.to(device), bitmask.to(device)), {}))
+    logits = torch.randn(2, 100, generator=g).to(torch.float16)
+    bitmask = torch.randint(-(2**31), 2**31 - 1, (2, 4), generator=g, dtype=torch.int32)
+    cases.append(((logits.to(device), bitmask.to(device)), {}))
     logits = torch.randn(5, 70, generator=g).to(torch.bfloat16)
     bitmask = torch.randint(-(2**31), 2**31 - 1, (5, 2), generator=g, dtype=torch.int32)
     kwargs = {"indices": torch.tensor([4, 1, 1], device=device), "vocab_size": 60}

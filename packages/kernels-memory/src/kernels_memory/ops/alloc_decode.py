@@ -1,13 +1,16 @@
 """memory.alloc_decode: one new KV slot per request for a decode step, from a paged free list.
 
-The only backend for now is the pure-torch reference (exact int64 index math).
+CUDA: one CTA scans the batch in chunks of 1024 (the rank of each request needing a page), no
+host sync, one kernel for every batch size (csrc/alloc_decode.cuh).
 """
 
 from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_memory import reference
 from kernels_memory._checks import (
     check_alloc_decode_values,
@@ -17,6 +20,15 @@ from kernels_memory._checks import (
 )
 
 OP_ID = "memory.alloc_decode"
+
+ALLOC_DECODE_CUDA = ModuleSpec(
+    name="alloc_decode",
+    package="kernels_memory",
+    sources=("csrc/alloc_decode.cuh", "csrc/memory_common.cuh"),
+    exports=(("alloc_decode", "alloc_decode"),),
+    description="CUDA: one CTA, a chunked block scan of the requests needing a page",
+)
+_alloc_decode_cuda = CompiledFunction(ALLOC_DECODE_CUDA, "alloc_decode")
 
 
 def _alloc_decode_torch(
@@ -67,12 +79,12 @@ def alloc_decode(
     ---------------------
     Types, dtypes, shapes, devices and ``page_size`` are always checked (host metadata, no sync).
     The value preconditions need the values: the torch reference (the backend on CPU, and the
-    CUDA fallback until a kernel lands) always checks them, reading them on the host as it
+    CUDA fallback) always checks them, reading them on the host as it
     computes; a CUDA kernel must not (no host sync), so there ``validate=True`` is the way to get
     them. Without it a kernel treats them as preconditions and never faults: a request whose page
     rank is >= F gets slot -1 (never read past the list), a negative page id gives the negative
     slot ``page * page_size``, last_loc is used as given; the kvcache ops skip negative slots, so
-    that KV is dropped (with ``KERNELS_DEBUG_CHECKS=1`` the kernel asserts on device instead).
+    that KV is dropped.
     SGLang's allocator checks free space on the host before calling.
     """
     device = seq_lens.device if isinstance(seq_lens, torch.Tensor) else None
@@ -97,4 +109,5 @@ def _alloc_decode_samples(device: torch.device) -> list[tuple[tuple, dict]]:
     return [
         ((seq.to(device), last.to(device), free.to(device), 16), {}),
         ((seq.to(device), last.to(device), torch.arange(10, device=device), 1), {}),
+        ((seq.int().to(device), last.int().to(device), free.int().to(device), 16), {}),
     ]

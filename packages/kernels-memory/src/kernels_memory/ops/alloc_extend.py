@@ -1,13 +1,17 @@
 """memory.alloc_extend: KV slots for a prefill/extend batch, continuing each request's last page.
 
-The only backend for now is the pure-torch reference (exact int64 index math).
+CUDA: one launch of B x Y blocks, each summing the tokens and new pages of the earlier requests
+itself (no host sync, no second launch), then writing its request's slots; one kernel for every
+batch size (csrc/alloc_extend.cuh).
 """
 
 from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_memory import reference
 from kernels_memory._checks import (
     check_alloc_extend_values,
@@ -17,6 +21,15 @@ from kernels_memory._checks import (
 )
 
 OP_ID = "memory.alloc_extend"
+
+ALLOC_EXTEND_CUDA = ModuleSpec(
+    name="alloc_extend",
+    package="kernels_memory",
+    sources=("csrc/alloc_extend.cuh", "csrc/memory_common.cuh"),
+    exports=(("alloc_extend", "alloc_extend"),),
+    description="CUDA: B x Y blocks, per-block prefix sums of tokens and pages",
+)
+_alloc_extend_cuda = CompiledFunction(ALLOC_EXTEND_CUDA, "alloc_extend")
 
 
 def _alloc_extend_torch(
@@ -82,13 +95,13 @@ def alloc_extend(
     Types, dtypes, shapes, devices, ``page_size`` and ``extend_num_tokens >= 0`` are always
     checked (host metadata, no sync). The value preconditions (``seq_lens >= prefix_lens >= 0``,
     ``extend_num_tokens == sum(seq_lens - prefix_lens)``, last_loc, free_pages) need the values:
-    the torch reference (the backend on CPU, and the CUDA fallback until a kernel lands) always
+    the torch reference (the backend on CPU, and the CUDA fallback) always
     checks them, reading them on the host as it computes; a CUDA kernel must not (no host sync),
     so there ``validate=True`` is the way to get them. Without it a kernel treats them as
     preconditions and never faults: it writes only ``out[:extend_num_tokens]``, a slot whose page
     index is >= F is -1 (never read past the list), a negative page id gives negative slots
     ``page * page_size + offset``, last_loc is used as given; the kvcache ops skip negative slots,
-    so that KV is dropped (with ``KERNELS_DEBUG_CHECKS=1`` the kernel asserts on device instead).
+    so that KV is dropped.
     SGLang's allocator checks free space on the host before calling.
     """
     device = prefix_lens.device if isinstance(prefix_lens, torch.Tensor) else None
@@ -128,4 +141,5 @@ def _alloc_extend_samples(device: torch.device) -> list[tuple[tuple, dict]]:
     return [
         ((*args, 16), {"extend_num_tokens": total}),
         ((*args[:3], torch.arange(100, device=device), 1), {"extend_num_tokens": total}),
+        ((*(a.int() for a in args), 16), {"extend_num_tokens": total}),
     ]

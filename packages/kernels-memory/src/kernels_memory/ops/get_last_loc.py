@@ -1,18 +1,31 @@
 """memory.get_last_loc: the KV slot of each request's last prefix token (-1 for an empty prefix).
 
-The only backend for now is the pure-torch reference (exact int64 index math).
+CUDA: one thread per request, no host sync, one kernel for every batch size and dtype mix
+(csrc/get_last_loc.cuh). The torch reference checks index ranges on the host; the kernel gives -1
+for a row or prefix length out of range.
 """
 
 from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 from kernels_memory import reference
 from kernels_memory._checks import INDEX_DTYPES, check_index_vector
 
 OP_ID = "memory.get_last_loc"
+
+GET_LAST_LOC_CUDA = ModuleSpec(
+    name="get_last_loc",
+    package="kernels_memory",
+    sources=("csrc/get_last_loc.cuh", "csrc/memory_common.cuh"),
+    exports=(("get_last_loc", "get_last_loc"),),
+    description="CUDA: one thread per request (a gather)",
+)
+_get_last_loc_cuda = CompiledFunction(GET_LAST_LOC_CUDA, "get_last_loc")
 
 
 def _get_last_loc_torch(
@@ -22,6 +35,17 @@ def _get_last_loc_torch(
     prefix_lens: torch.Tensor,
 ) -> None:
     last.copy_(reference.get_last_loc(req_to_token, req_pool_indices, prefix_lens))
+
+
+def _get_last_loc_cuda_eligible(
+    last: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+) -> str | None:
+    if req_to_token.shape[1] > 1 and req_to_token.stride(1) != 1:
+        return "needs req_to_token with a contiguous last dim"
+    return None
 
 
 GET_LAST_LOC = Op(_get_last_loc_torch, mutates=("last",), device="req_to_token")
@@ -62,4 +86,7 @@ def _get_last_loc_samples(device: torch.device) -> list[tuple[tuple, dict]]:
     table = torch.randint(0, 10_000, (8, 40), generator=g, dtype=torch.int32)
     rows = torch.tensor([3, 0, 7, 3], dtype=torch.int64)
     prefix = torch.tensor([0, 1, 40, 17], dtype=torch.int64)
-    return [((table.to(device), rows.to(device), prefix.to(device)), {})]
+    return [
+        ((table.to(device), rows.to(device), prefix.to(device)), {}),
+        ((table.long().to(device), rows.int().to(device), prefix.int().to(device)), {}),
+    ]

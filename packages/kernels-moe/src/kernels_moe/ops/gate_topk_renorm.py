@@ -5,12 +5,26 @@ from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_same_device, check_tensor
 from kernels_moe import reference
 from kernels_moe._checks import check_float, check_int
 
 OP_ID = "moe.gate_topk_renorm"
+
+GATE_TOPK_RENORM_CUDA = ModuleSpec(
+    name="gate_topk_renorm",
+    package="kernels_moe",
+    sources=("csrc/gate_topk_renorm.cuh",),
+    exports=(("gate_topk_renorm", "gate_topk_renorm"),),
+    description="CUDA: a warp per token, scores in registers, shuffle group top-2 and top-k",
+)
+# The kernel's limits (csrc/gate_topk_renorm.cuh).
+CUDA_MAX_EXPERTS, CUDA_MAX_K, CUDA_MAX_GROUPS = 1024, 32, 32
+
+_gate_topk_renorm_cuda = CompiledFunction(GATE_TOPK_RENORM_CUDA, "gate_topk_renorm")
 BIAS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -37,6 +51,30 @@ def _gate_topk_renorm_torch(
     )
     weights.copy_(w)
     ids.copy_(i)
+
+
+def _gate_topk_renorm_cuda_eligible(
+    weights: torch.Tensor,
+    ids: torch.Tensor,
+    logits: torch.Tensor,
+    bias: torch.Tensor | None,
+    n_group: int,
+    topk_group: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    apply_routed_scaling_factor_on_output: bool,
+) -> str | None:
+    if logits.shape[1] > CUDA_MAX_EXPERTS:
+        return f"E = {logits.shape[1]} > {CUDA_MAX_EXPERTS} experts"
+    if weights.shape[1] > CUDA_MAX_K:
+        return f"k = {weights.shape[1]} > {CUDA_MAX_K}"
+    if n_group > CUDA_MAX_GROUPS:
+        return f"n_group = {n_group} > {CUDA_MAX_GROUPS}"
+    if logits.shape[1] > 1 and logits.stride(1) != 1:
+        return "needs a contiguous last dim of logits"
+    if bias is not None and not bias.is_contiguous():
+        return "needs a contiguous bias"
+    return None
 
 
 GATE_TOPK_RENORM = Op(_gate_topk_renorm_torch, mutates=("weights", "ids"), device="logits")

@@ -10,12 +10,77 @@ from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 from kernels_moe import reference
 from kernels_moe._checks import check_int
 
 OP_ID = "moe.moe_align_block_size"
+
+MOE_ALIGN_BLOCK_SIZE_CUDA = ModuleSpec(
+    name="moe_align_block_size",
+    package="kernels_moe",
+    sources=("csrc/moe_align_block_size.cuh",),
+    exports=(("moe_align_block_size", "moe_align_block_size"),),
+    description="CUDA: one block (small n) or count / scan / scatter over blocks of slots",
+)
+# Up to SMALL_SLOTS slots one block does everything; above, blocks of SLOTS_PER_CTA slots (at
+# most MAX_CTAS of them) count and scatter around a one-block scan. E <= CUDA_MAX_EXPERTS (the
+# bucket counts live in shared memory).
+SMALL_SLOTS, SLOTS_PER_CTA, MAX_CTAS, CUDA_MAX_EXPERTS = 4096, 1024, 128, 1024
+
+_align_cuda = CompiledFunction(MOE_ALIGN_BLOCK_SIZE_CUDA, "moe_align_block_size")
+_NO_WORKSPACE: dict[torch.device, torch.Tensor] = {}
+
+
+def _moe_align_block_size_cuda(
+    sorted_token_ids: torch.Tensor,
+    expert_ids: torch.Tensor,
+    num_tokens_post_padded: torch.Tensor,
+    topk_ids: torch.Tensor,
+    num_experts: int,
+    block_size: int,
+    pad_sorted_token_ids: bool,
+) -> None:
+    """The compiled entry plus its workspace: per-block bucket counts [E + 1, G] int32 for the
+    multi-block path (every entry is written by the op, so it needs no zeroing)."""
+    n = topk_ids.numel()
+    device = topk_ids.device
+    if n <= SMALL_SLOTS:
+        workspace = _NO_WORKSPACE.get(device)
+        if workspace is None:
+            workspace = _NO_WORKSPACE[device] = torch.empty(0, dtype=torch.int32, device=device)
+    else:
+        ctas = min(MAX_CTAS, -(-n // SLOTS_PER_CTA))
+        workspace = torch.empty((num_experts + 1) * ctas, dtype=torch.int32, device=device)
+    _align_cuda(
+        sorted_token_ids,
+        expert_ids,
+        num_tokens_post_padded,
+        topk_ids,
+        num_experts,
+        block_size,
+        pad_sorted_token_ids,
+        workspace,
+    )
+
+
+def _moe_align_block_size_cuda_eligible(
+    sorted_token_ids: torch.Tensor,
+    expert_ids: torch.Tensor,
+    num_tokens_post_padded: torch.Tensor,
+    topk_ids: torch.Tensor,
+    num_experts: int,
+    block_size: int,
+    pad_sorted_token_ids: bool,
+) -> str | None:
+    if num_experts > CUDA_MAX_EXPERTS:
+        return f"num_experts = {num_experts} > {CUDA_MAX_EXPERTS}"
+    if not topk_ids.is_contiguous():
+        return "needs a contiguous topk_ids"
+    return None
 
 
 def _moe_align_block_size_torch(
@@ -95,10 +160,13 @@ def moe_align_block_size(
 
 
 def _moe_align_block_size_samples(device: torch.device) -> list[tuple[tuple, dict]]:
-    """Small random calls: tiny n (single-block path), filtered -1 slots, E = 256 top-8."""
+    """Small random calls: tiny n (single-block path), filtered -1 slots, E = 256 top-8, int64
+    ids past the single-block size."""
     g = torch.Generator(device="cpu").manual_seed(0)
     cases: list[tuple[tuple, dict]] = []
     for tokens, k, experts, bs in ((3, 2, 8, 16), (37, 8, 256, 64), (100, 4, 60, 32)):
         ids = torch.randint(-1, experts, (tokens, k), generator=g, dtype=torch.int32)
         cases.append(((ids.to(device), experts, bs), {}))
+    wide = torch.randint(-1, 16, (600, 8), generator=g)  # int64 ids, the multi-block path
+    cases.append(((wide.to(device), 16, 16), {}))
     return cases

@@ -5,12 +5,29 @@ from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
-from kernels_jit.validation import check_out, check_same_device, check_tensor
+from kernels_jit.loader import CompiledFunction
+from kernels_jit.validation import (
+    check_out,
+    check_same_device,
+    check_tensor,
+    last_dim_contiguous,
+)
 from kernels_moe import reference
 from kernels_moe._checks import check_float
 
 OP_ID = "moe.moe_sum_reduce"
+
+MOE_SUM_REDUCE_CUDA = ModuleSpec(
+    name="moe_sum_reduce",
+    package="kernels_moe",
+    sources=("csrc/moe_sum_reduce.cuh",),
+    exports=(("moe_sum_reduce", "moe_sum_reduce"),),
+    description="CUDA: a thread per (token, 16-byte column), the k loads in flight, fp32 sum",
+)
+
+_moe_sum_reduce_cuda = CompiledFunction(MOE_SUM_REDUCE_CUDA, "moe_sum_reduce")
 
 
 def _moe_sum_reduce_torch(
@@ -20,6 +37,18 @@ def _moe_sum_reduce_torch(
     routed_scaling_factor: float,
 ) -> None:
     out.copy_(reference.moe_sum_reduce(x, routed_scaling_factor, topk_weights))
+
+
+def _moe_sum_reduce_cuda_eligible(
+    out: torch.Tensor,
+    x: torch.Tensor,
+    topk_weights: torch.Tensor | None,
+    routed_scaling_factor: float,
+) -> str | None:
+    """The kernel reads rows of a contiguous last dim with any leading strides."""
+    if not (last_dim_contiguous(x) and last_dim_contiguous(out)):
+        return "needs contiguous last dims of x and out"
+    return None
 
 
 MOE_SUM_REDUCE = Op(_moe_sum_reduce_torch, mutates=("out",), device="x")

@@ -5,12 +5,26 @@ from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_same_device, check_tensor
 from kernels_moe import reference
 from kernels_moe._checks import check_float
 
 OP_ID = "moe.topk_softmax"
+
+TOPK_SOFTMAX_CUDA = ModuleSpec(
+    name="topk_softmax",
+    package="kernels_moe",
+    sources=("csrc/topk_softmax.cuh",),
+    exports=(("topk_softmax", "topk_softmax"),),
+    description="CUDA: a warp per token, logits in registers, k rounds of a warp key max",
+)
+# The kernel's limits (csrc/topk_softmax.cuh): experts held in registers, one output per lane.
+CUDA_MAX_EXPERTS, CUDA_MAX_K = 1024, 32
+
+_topk_softmax_cuda = CompiledFunction(TOPK_SOFTMAX_CUDA, "topk_softmax")
 
 
 def _topk_softmax_torch(
@@ -26,6 +40,25 @@ def _topk_softmax_torch(
     )
     topk_weights.copy_(weights)
     topk_ids.copy_(ids)
+
+
+def _topk_softmax_cuda_eligible(
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    gating: torch.Tensor,
+    renormalize: bool,
+    moe_softcapping: float,
+    correction_bias: torch.Tensor | None,
+) -> str | None:
+    if gating.shape[1] > CUDA_MAX_EXPERTS:
+        return f"E = {gating.shape[1]} > {CUDA_MAX_EXPERTS} experts"
+    if topk_weights.shape[1] > CUDA_MAX_K:
+        return f"k = {topk_weights.shape[1]} > {CUDA_MAX_K}"
+    if gating.shape[1] > 1 and gating.stride(1) != 1:
+        return "needs a contiguous last dim of gating"
+    if correction_bias is not None and not correction_bias.is_contiguous():
+        return "needs a contiguous correction_bias"
+    return None
 
 
 TOPK_SOFTMAX = Op(_topk_softmax_torch, mutates=("topk_weights", "topk_ids"), device="gating")

@@ -1,0 +1,542 @@
+// diffusion.group_norm_silu, CUDA: out = silu((x - mean) * rstd * weight[c] + bias[c]), the mean
+// and the biased variance in fp32 per (sample, group) over C/G channels x all spatial positions,
+// rounded once. x is contiguous [N, C, *spatial] (a group is one contiguous chunk of
+// C/G * S elements) or, channels-last, [N, *spatial, C] (a group is S rows of C/G contiguous
+// elements, row stride C). Both are "rows of contiguous segments" to the kernels.
+//
+// Two schemes, both splitting a group across CTAs (1 x 32 groups must fill 132 SMs):
+//   - the one-read kernel (group_norm_silu_fused), where every tile of a group (256 threads x
+//     8 packs, 32 KB of bf16 held in registers) can be resident at once: each CTA publishes its
+//     tile's shifted sums, waits for the group's other tiles (an arrival counter per group),
+//     combines them in fp64 and normalises the registers. x read once, out written once.
+//     Launched cooperatively (residency guaranteed, or the launch fails with an error).
+//   - otherwise two kernels, grid = N x G x `splits` CTAs of 256 threads, each owning one slice
+//     of a group: (1) stats: each CTA sums (x - K) and (x - K)^2 over its slice (K = the group's
+//     first element, a shift that keeps the fp32 sums of squares from cancelling), 4 packs in
+//     flight per thread, into the workspace [N x G, splits, 2]; (2) normalize: each warp
+//     combines its group's partials in fp64, then the CTA streams its slice again, in reverse
+//     CTA order so that the tail of x still in L2 is read from there. x read twice.
+// weight and bias: x's dtype or float32 (one dtype). Packs need the segment length, and for NC*
+// the spatial size, in whole packs; otherwise the same kernels run on scalars.
+#pragma once
+
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
+#include <kernels/activation_math.cuh>
+#include <kernels/checks.h>
+#include <kernels/cuda_dtype.cuh>
+#include <kernels/dtype.h>
+#include <kernels/launch.cuh>
+#include <kernels/pdl.cuh>
+#include <kernels/pointwise.cuh>
+#include <kernels/reduce.cuh>
+#include <kernels/tensor.h>
+#include <kernels/vec.cuh>
+
+#include <algorithm>
+
+namespace group_norm_silu_detail {
+
+using kernels::FastDivmod;
+
+constexpr int kThreads = 256;
+constexpr int kUnroll = 4;
+
+struct Geometry {
+  FastDivmod groups;       // G: group index -> (n, g)
+  FastDivmod splits;       // CTAs per group
+  FastDivmod per_segment;  // units (packs or elements) per contiguous segment
+  FastDivmod per_channel;  // NC*: units per channel (S / W)
+  int64_t sample_stride;   // elements between samples
+  int64_t group_stride;    // elements between groups of a sample
+  int64_t segment_stride;  // elements between segments of a group (channels-last: C)
+  uint32_t units;          // units per group
+  uint32_t units_per_split;
+  int channels_per_group;
+  double inv_count;        // 1 / (elements per group)
+  float eps;
+};
+
+struct Slice {
+  int64_t base;    // element offset of the group
+  int group;       // n * G + g
+  int g;
+  uint32_t begin;  // units [begin, end) of this CTA
+  uint32_t end;
+};
+
+__device__ __forceinline__ Slice slice_of(const Geometry& p, uint32_t block) {
+  Slice s;
+  uint32_t grp, split, n, g;
+  p.splits.divmod(block, grp, split);
+  p.groups.divmod(grp, n, g);
+  s.base = static_cast<int64_t>(n) * p.sample_stride + static_cast<int64_t>(g) * p.group_stride;
+  s.group = static_cast<int>(grp);
+  s.g = static_cast<int>(g);
+  s.begin = split * p.units_per_split;
+  s.end = min(p.units, s.begin + p.units_per_split);
+  return s;
+}
+
+// Element offset of unit u of a group (from the group's base).
+template <int W>
+__device__ __forceinline__ int64_t unit_offset(const Geometry& p, uint32_t u, uint32_t& col) {
+  uint32_t seg;
+  p.per_segment.divmod(u, seg, col);
+  return static_cast<int64_t>(seg) * p.segment_stride + static_cast<int64_t>(col) * W;
+}
+
+template <typename T, bool kPacked>
+__global__ void __launch_bounds__(kThreads)
+    group_stats_kernel(bool pdl, const T* __restrict__ x, float* __restrict__ partial,
+                       Geometry p) {
+  constexpr int W = kernels::pack_width<T, kPacked>;
+  __shared__ float shared[2][32];
+  const Slice s = slice_of(p, blockIdx.x);
+  if (pdl) kernels::pdl_wait();
+  const T* gx = x + s.base;
+  const float shift = kernels::to_float(gx[0]);
+  float s1 = 0.0f, s2 = 0.0f;
+  for (uint32_t u0 = s.begin + threadIdx.x; u0 < s.end; u0 += kThreads * kUnroll) {
+    kernels::Pack<T, W> v[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const uint32_t u = u0 + k * kThreads;
+      uint32_t col;
+      if (u < s.end) {
+        v[k].load_stream(gx + unit_offset<W>(p, u, col));
+      } else {
+        v[k].zero();
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      if (u0 + k * kThreads < s.end) {
+        float f[W];
+        v[k].unpack(f);
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          const float d = f[j] - shift;
+          s1 += d;
+          s2 = fmaf(d, d, s2);
+        }
+      }
+    }
+  }
+  s1 = kernels::block_sum(s1, shared[0]);
+  s2 = kernels::block_sum(s2, shared[1]);
+  if (threadIdx.x == 0) {
+    partial[2 * static_cast<int64_t>(blockIdx.x)] = s1;
+    partial[2 * static_cast<int64_t>(blockIdx.x) + 1] = s2;
+  }
+}
+
+template <typename T, typename WT, bool kPacked, bool kChannelsLast>
+__global__ void __launch_bounds__(kThreads)
+    group_norm_silu_kernel(bool pdl, T* __restrict__ out, const T* __restrict__ x,
+                           const WT* __restrict__ weight, const WT* __restrict__ bias,
+                           const float* __restrict__ partial, Geometry p) {
+  constexpr int W = kernels::pack_width<T, kPacked>;
+  const Slice s = slice_of(p, gridDim.x - 1 - blockIdx.x);
+  const int splits = static_cast<int>(p.splits.divisor);
+  if (pdl) kernels::pdl_wait();
+  // Every warp combines the group's partial sums (fp64: no cancellation across CTAs).
+  const float* mine = partial + 2 * static_cast<int64_t>(s.group) * splits;
+  double a = 0.0, b = 0.0;
+  for (int j = threadIdx.x & 31; j < splits; j += 32) {
+    a += mine[2 * j];
+    b += mine[2 * j + 1];
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  const T* gx = x + s.base;
+  T* go = out + s.base;
+  const double inv_n = p.inv_count;
+  const double m = a * inv_n;
+  const double var = fmax(b * inv_n - m * m, 0.0);
+  const float mean = kernels::to_float(gx[0]) + static_cast<float>(m);
+  const float rstd = rsqrtf(static_cast<float>(var) + p.eps);
+  const int c0 = s.g * p.channels_per_group;
+  for (uint32_t u0 = s.begin + threadIdx.x; u0 < s.end; u0 += kThreads * kUnroll) {
+    kernels::Pack<T, W> v[kUnroll];
+    int64_t off[kUnroll];
+    uint32_t col[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const uint32_t u = u0 + k * kThreads;
+      if (u < s.end) {
+        off[k] = unit_offset<W>(p, u, col[k]);
+        v[k].load_stream(gx + off[k]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const uint32_t u = u0 + k * kThreads;
+      if (u < s.end) {
+        float f[W], w[W], c[W];
+        if constexpr (kChannelsLast) {
+          kernels::Pack<WT, W> wp, bp;
+          wp.load_cached(weight + c0 + col[k] * W);
+          bp.load_cached(bias + c0 + col[k] * W);
+          wp.unpack(w);
+          bp.unpack(c);
+        } else {
+          const int ch = c0 + static_cast<int>(p.per_channel.div(u));
+          const float wc = kernels::to_float(weight[ch]), bc = kernels::to_float(bias[ch]);
+#pragma unroll
+          for (int j = 0; j < W; ++j) {
+            w[j] = wc;
+            c[j] = bc;
+          }
+        }
+        v[k].unpack(f);
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          const float y = fmaf((f[j] - mean) * rstd, w[j], c[j]);
+          f[j] = kernels::math::silu(y);
+        }
+        v[k].pack(f);
+        v[k].store_stream(go + off[k]);
+      }
+    }
+  }
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// The one-read kernel: x read once, out written once (the minimum traffic). A group is cut into
+// tiles of kFusedThreads x kFusedPacks units held in registers; CTA c takes tiles c, c + grid,
+// ... in order. Per tile: load it, reduce its shifted sums, publish them (partial[tile], then a
+// release add to the group's arrival counter), wait until every tile of the group has arrived,
+// combine the group's partials in fp64 (warp 0), normalise the registers and store.
+// Deadlock-free because every CTA is resident (a cooperative launch guarantees it or fails) and
+// a group spans at most `grid` tiles: a tile's peers are either in the same round or in the next
+// one, whose CTAs only wait on earlier groups first (induction over groups).
+constexpr int kFusedThreads = 256;
+constexpr int kFusedPacks = 8;
+constexpr int kFusedTile = kFusedThreads * kFusedPacks;  // units per tile
+
+struct Fused {
+  uint32_t tiles_per_group;
+  uint32_t total_tiles;
+};
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+template <typename T, typename WT, bool kPacked, bool kChannelsLast>
+__global__ void __launch_bounds__(kFusedThreads, 4)
+    group_norm_silu_fused(bool, T* __restrict__ out, const T* __restrict__ x,
+                          const WT* __restrict__ weight, const WT* __restrict__ bias,
+                          float* __restrict__ partial, int* __restrict__ arrived, Geometry p,
+                          Fused f) {
+  constexpr int W = kernels::pack_width<T, kPacked>;
+  __shared__ float shared[2][32];
+  __shared__ float group_stats[2];
+  for (uint32_t tile = blockIdx.x; tile < f.total_tiles; tile += gridDim.x) {
+    const uint32_t grp = tile / f.tiles_per_group;
+    const uint32_t in_group = tile - grp * f.tiles_per_group;
+    uint32_t n, g;
+    p.groups.divmod(grp, n, g);
+    const int64_t base =
+        static_cast<int64_t>(n) * p.sample_stride + static_cast<int64_t>(g) * p.group_stride;
+    const T* gx = x + base;
+    const uint32_t begin = in_group * kFusedTile;
+    kernels::Pack<T, W> v[kFusedPacks];
+#pragma unroll
+    for (int k = 0; k < kFusedPacks; ++k) {
+      const uint32_t u = begin + threadIdx.x + k * kFusedThreads;
+      uint32_t col;
+      if (u < p.units) {
+        v[k].load_stream(gx + unit_offset<W>(p, u, col));
+      } else {
+        v[k].zero();
+      }
+    }
+    const float shift = kernels::to_float(gx[0]);
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kFusedPacks; ++k) {
+      if (begin + threadIdx.x + k * kFusedThreads < p.units) {
+        float e[W];
+        v[k].unpack(e);
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          const float d = e[j] - shift;
+          s1 += d;
+          s2 = fmaf(d, d, s2);
+        }
+      }
+    }
+    s1 = kernels::block_sum(s1, shared[0]);
+    s2 = kernels::block_sum(s2, shared[1]);
+    if (threadIdx.x == 0) {
+      partial[2 * static_cast<int64_t>(tile)] = s1;
+      partial[2 * static_cast<int64_t>(tile) + 1] = s2;
+      __threadfence();
+      atomicAdd(arrived + grp, 1);
+    }
+    if (threadIdx.x < 32) {  // warp 0: wait for the group, combine its partials in fp64
+      if (threadIdx.x == 0) {
+        while (load_acquire(arrived + grp) < static_cast<int>(f.tiles_per_group)) __nanosleep(64);
+      }
+      __syncwarp();
+      __threadfence();
+      const float* mine = partial + 2 * static_cast<int64_t>(grp) * f.tiles_per_group;
+      double a = 0.0, b = 0.0;
+      for (uint32_t j = threadIdx.x; j < f.tiles_per_group; j += 32) {
+        a += __ldcg(mine + 2 * j);
+        b += __ldcg(mine + 2 * j + 1);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+        b += __shfl_xor_sync(0xffffffffu, b, o);
+      }
+      if (threadIdx.x == 0) {
+        const double m = a * p.inv_count;
+        const double var = fmax(b * p.inv_count - m * m, 0.0);
+        group_stats[0] = shift + static_cast<float>(m);
+        group_stats[1] = rsqrtf(static_cast<float>(var) + p.eps);
+      }
+    }
+    __syncthreads();
+    const float mean = group_stats[0], rstd = group_stats[1];
+    const int c0 = static_cast<int>(g) * p.channels_per_group;
+    T* go = out + base;
+#pragma unroll
+    for (int k = 0; k < kFusedPacks; ++k) {
+      const uint32_t u = begin + threadIdx.x + k * kFusedThreads;
+      if (u < p.units) {
+        uint32_t col;
+        const int64_t off = unit_offset<W>(p, u, col);
+        float e[W], w[W], c[W];
+        if constexpr (kChannelsLast) {
+          kernels::Pack<WT, W> wp, bp;
+          wp.load_cached(weight + c0 + col * W);
+          bp.load_cached(bias + c0 + col * W);
+          wp.unpack(w);
+          bp.unpack(c);
+        } else {
+          const int ch = c0 + static_cast<int>(p.per_channel.div(u));
+          const float wc = kernels::to_float(weight[ch]), bc = kernels::to_float(bias[ch]);
+#pragma unroll
+          for (int j = 0; j < W; ++j) {
+            w[j] = wc;
+            c[j] = bc;
+          }
+        }
+        v[k].unpack(e);
+#pragma unroll
+        for (int j = 0; j < W; ++j) e[j] = kernels::math::silu(fmaf((e[j] - mean) * rstd, w[j], c[j]));
+        v[k].pack(e);
+        v[k].store_stream(go + off);
+      }
+    }
+    __syncthreads();  // group_stats is rewritten by the next tile
+  }
+}
+
+// Resident CTAs of one fused kernel on the device (cached per instantiation and device).
+template <typename T, typename WT, bool kPacked, bool kChannelsLast>
+inline int resident_ctas(int device) {
+  static int cached[64] = {0};
+  if (device >= 0 && device < 64 && cached[device]) return cached[device] > 0 ? cached[device] : 0;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, group_norm_silu_fused<T, WT, kPacked, kChannelsLast>, kFusedThreads, 0) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    per_sm = 0;
+  }
+  const int ctas = per_sm * kernels::sm_count(device);
+  if (device >= 0 && device < 64) cached[device] = ctas > 0 ? ctas : -1;
+  return ctas;
+}
+
+// Whether the device can launch cooperative kernels (cached per device).
+inline bool cooperative_ok(int device) {
+  static int cached[64] = {0};  // 0 unknown, 1 no, 2 yes
+  if (device >= 0 && device < 64 && cached[device]) return cached[device] == 2;
+  int ok = 0;
+  cudaDeviceGetAttribute(&ok, cudaDevAttrCooperativeLaunch, device);
+  if (device >= 0 && device < 64) cached[device] = ok ? 2 : 1;
+  return ok != 0;
+}
+
+template <typename T, typename WT>
+void run(T* out, const T* x, const WT* weight, const WT* bias, float* partial,
+         int64_t workspace_floats, int* arrived, int64_t batch, int64_t channels, int64_t spatial,
+         int64_t groups, int64_t max_splits, bool channels_last, float eps,
+         const kernels::Launch& ctx) {
+  constexpr int P = kernels::Pack<T>::size;
+  const int64_t cpg = channels / groups;
+  const int64_t elems = cpg * spatial;
+  const bool packed = kernels::is_aligned(out) && kernels::is_aligned(x) &&
+                      (channels_last ? cpg % P == 0 && channels % P == 0 &&
+                                           kernels::is_aligned(weight) &&
+                                           kernels::is_aligned(bias)
+                                     : spatial % P == 0);
+  const int64_t w = packed ? P : 1;
+  Geometry p;
+  p.groups = FastDivmod(static_cast<uint32_t>(groups));
+  p.sample_stride = channels * spatial;
+  if (channels_last) {
+    p.group_stride = cpg;
+    p.segment_stride = channels;
+    p.per_segment = FastDivmod(static_cast<uint32_t>(cpg / w));
+    p.per_channel = FastDivmod(1);
+  } else {
+    p.group_stride = elems;
+    p.segment_stride = 0;
+    p.per_segment = FastDivmod(static_cast<uint32_t>(elems / w));
+    p.per_channel = FastDivmod(static_cast<uint32_t>(spatial / w));
+  }
+  const int64_t units = elems / w;
+  p.units = static_cast<uint32_t>(units);
+  // Splits: about 4 CTAs per SM over the whole grid, each with at least 8 packs per thread.
+  const int64_t ng = batch * groups;
+  const int64_t want = (4 * int64_t{kernels::sm_count(ctx.device)} + ng - 1) / ng;
+  const int64_t most = std::max<int64_t>(1, units / (kThreads * 8));
+  const int64_t splits = std::max<int64_t>(1, std::min({want, most, max_splits}));
+  const int64_t per_split = (units + splits - 1) / splits;
+  p.splits = FastDivmod(static_cast<uint32_t>(splits));
+  p.units_per_split = static_cast<uint32_t>(per_split);
+  p.channels_per_group = static_cast<int>(cpg);
+  p.inv_count = 1.0 / static_cast<double>(elems);
+  p.eps = eps;
+  // The one-read kernel where every tile of a group can be resident at once.
+  auto fused = packed ? (channels_last ? group_norm_silu_fused<T, WT, true, true>
+                                       : group_norm_silu_fused<T, WT, true, false>)
+                      : (channels_last ? group_norm_silu_fused<T, WT, false, true>
+                                       : group_norm_silu_fused<T, WT, false, false>);
+  const int64_t tiles_per_group = (units + kFusedTile - 1) / kFusedTile;
+  const int64_t total_tiles = ng * tiles_per_group;
+  int resident = 0;
+  if (arrived != nullptr && cooperative_ok(ctx.device)) {
+    resident = packed ? (channels_last ? resident_ctas<T, WT, true, true>(ctx.device)
+                                       : resident_ctas<T, WT, true, false>(ctx.device))
+                      : (channels_last ? resident_ctas<T, WT, false, true>(ctx.device)
+                                       : resident_ctas<T, WT, false, false>(ctx.device));
+  }
+  if (arrived != nullptr && tiles_per_group <= resident &&
+      2 * total_tiles <= workspace_floats && total_tiles < (int64_t{1} << 31)) {
+    Fused f{static_cast<uint32_t>(tiles_per_group), static_cast<uint32_t>(total_tiles)};
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(resident, total_tiles));
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(kFusedThreads);
+    config.dynamicSmemBytes = 0;
+    config.stream = ctx.stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeCooperative;
+    attribute[0].val.cooperative = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    const cudaError_t status =
+        cudaLaunchKernelEx(&config, fused, false, out, x, weight, bias, partial, arrived, p, f);
+    if (status != cudaErrorCooperativeLaunchTooLarge) {
+      kernels::check_launch(ctx.op, status);
+      return;
+    }
+    cudaGetLastError();  // fewer CTAs fit than the occupancy said (a shared GPU): two kernels
+  }
+  const unsigned grid = static_cast<unsigned>(ng * splits);
+  kernels::launch(ctx, packed ? group_stats_kernel<T, true> : group_stats_kernel<T, false>, grid,
+                  kThreads, x, partial, p);
+  auto norm = packed ? (channels_last ? group_norm_silu_kernel<T, WT, true, true>
+                                      : group_norm_silu_kernel<T, WT, true, false>)
+                     : (channels_last ? group_norm_silu_kernel<T, WT, false, true>
+                                      : group_norm_silu_kernel<T, WT, false, false>);
+  kernels::launch(ctx, norm, grid, kThreads, out, x, weight, bias,
+                  static_cast<const float*>(partial), p);
+}
+
+}  // namespace group_norm_silu_detail
+
+// out, x: contiguous [N, C, *spatial] (or [N, *spatial, C] with channels_last), one dtype.
+// weight, bias: [C], one dtype, x's or float32. workspace: contiguous float32 (the partial sums;
+// no zeroing needed): the one-read kernel needs 2 per tile (see group_norm_silu_tiles), the
+// two-kernel path N * G * 2 * max_splits. arrived: int32 [N * G], zeroed (the one-read kernel's
+// arrival counters); an empty tensor selects the two-kernel path.
+inline void group_norm_silu(tvm::ffi::TensorView out, tvm::ffi::TensorView x, int64_t num_groups,
+                            tvm::ffi::TensorView weight, tvm::ffi::TensorView bias, double eps,
+                            bool channels_last, tvm::ffi::TensorView workspace,
+                            tvm::ffi::TensorView arrived, int64_t max_splits) {
+  namespace detail = group_norm_silu_detail;
+  constexpr const char* kOp = "diffusion.group_norm_silu";
+  // 1. Validate.
+  TVM_FFI_CHECK(x.ndim() >= 2, ValueError)
+      << kOp << ": x must have >= 2 dims [N, C, ...], got " << kernels::shape_string(x);
+  kernels::check_same_shape(kOp, "out", out, "x", x);
+  kernels::check_same_dtype(kOp, "out", out, "x", x);
+  kernels::check_contiguous(kOp, "x", x);
+  kernels::check_contiguous(kOp, "out", out);
+  const int64_t batch = x.size(0);
+  const int64_t channels = channels_last ? x.size(x.ndim() - 1) : x.size(1);
+  const int64_t spatial = batch && channels ? x.numel() / (batch * channels) : 0;
+  TVM_FFI_CHECK(num_groups >= 1 && channels % num_groups == 0, ValueError)
+      << kOp << ": num_groups must be >= 1 and divide C = " << channels << ", got "
+      << num_groups;
+  for (const auto& [name, v] :
+       {std::pair<const char*, const tvm::ffi::TensorView*>{"weight", &weight}, {"bias", &bias}}) {
+    TVM_FFI_CHECK(
+        v->ndim() == 1 && v->size(0) == channels && (channels <= 1 || v->stride(0) == 1),
+        ValueError)
+        << kOp << ": " << name << " must be a contiguous [C] = [" << channels << "], got "
+        << kernels::shape_string(*v);
+  }
+  kernels::check_same_dtype(kOp, "bias", bias, "weight", weight);
+  const bool fp32_weight = kernels::is_dtype(weight.dtype(), kDLFloat, 32);
+  TVM_FFI_CHECK(weight.dtype() == x.dtype() || fp32_weight, TypeError)
+      << kOp << ": weight and bias must have x's dtype or float32";
+  kernels::check_eps(kOp, eps);
+  const int64_t cpg = channels / num_groups;
+  TVM_FFI_CHECK(cpg * spatial < (int64_t{1} << 31) && batch * num_groups < (int64_t{1} << 31),
+                ValueError)
+      << kOp << ": a group of x " << kernels::shape_string(x) << " has 2^31 or more elements";
+  TVM_FFI_CHECK(max_splits >= 1 && kernels::is_dtype(workspace.dtype(), kDLFloat, 32) &&
+                    workspace.IsContiguous() &&
+                    workspace.numel() >= batch * num_groups * 2 * max_splits,
+                ValueError)
+      << kOp << ": workspace must be contiguous float32 with N * G * 2 * max_splits elements";
+  const bool use_arrived = arrived.numel() > 0;
+  TVM_FFI_CHECK(!use_arrived || (kernels::is_dtype(arrived.dtype(), kDLInt, 32) &&
+                                 arrived.IsContiguous() && arrived.numel() >= batch * num_groups),
+                ValueError)
+      << kOp << ": arrived must be a contiguous int32 [N * G] (or empty)";
+  kernels::check_device(kOp, "x", x, kDLCUDA);
+  kernels::check_same_device(kOp, "out", out, "x", x);
+  kernels::check_same_device(kOp, "weight", weight, "x", x);
+  kernels::check_same_device(kOp, "bias", bias, "x", x);
+  kernels::check_same_device(kOp, "workspace", workspace, "x", x);
+  if (use_arrived) kernels::check_same_device(kOp, "arrived", arrived, "x", x);
+  if (x.numel() == 0) return;
+  // 2. Device guard, 3. the caller's stream.
+  kernels::DeviceGuard guard(x);
+  const kernels::Launch ctx(kOp, x);
+  // 4. Dispatch on dtype and launch (checked).
+  float* partial = kernels::data<float>(workspace);
+  int* counters = use_arrived ? kernels::data<int>(arrived) : nullptr;
+  const int64_t floats = workspace.numel();
+  KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
+    if (fp32_weight && !std::is_same_v<T, float>) {
+      detail::run<T, float>(kernels::data<T>(out), kernels::data<const T>(x),
+                            kernels::data<const float>(weight), kernels::data<const float>(bias),
+                            partial, floats, counters, batch, channels, spatial, num_groups,
+                            max_splits, channels_last, static_cast<float>(eps), ctx);
+    } else {
+      detail::run<T, T>(kernels::data<T>(out), kernels::data<const T>(x),
+                        kernels::data<const T>(weight), kernels::data<const T>(bias), partial,
+                        floats, counters, batch, channels, spatial, num_groups, max_splits,
+                        channels_last, static_cast<float>(eps), ctx);
+    }
+  });
+}

@@ -1,0 +1,174 @@
+// diffusion.timestep_embedding, CUDA: out [N, dim] = [sin a, cos a] (or [cos a, sin a] with
+// flip), a = scale * (t * f_i), f_i = exp(-ln(max_period) * i / (half - shift)), half = dim / 2,
+// an odd dim's last column zero. fp32 in the order of the reference on CUDA (the exponent as an
+// fp32 product, times the fp32 reciprocal of half - shift as torch divides a tensor by a scalar,
+// expf), accurate sincosf (range reduction stays exact for large arguments, unlike
+// __sinf/__cosf), rounded once to out's dtype.
+//
+// One thread per W consecutive frequencies of one row (W = a 16-byte pack of out when half and
+// dim are whole packs and out is aligned, else 1): it computes W (sin, cos) pairs and writes one
+// 16-byte store into each half of the row, so a warp's stores are two coalesced sweeps. A flat
+// work index split by a FastDivmod keeps every SM busy at any N; PDL for small grids (decode).
+// t: float32, float16, bfloat16, float64, int32 or int64, read and converted to fp32.
+#pragma once
+
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
+#include <kernels/checks.h>
+#include <kernels/cuda_dtype.cuh>
+#include <kernels/dtype.h>
+#include <kernels/launch.cuh>
+#include <kernels/pdl.cuh>
+#include <kernels/pointwise.cuh>
+
+#include <cmath>
+
+namespace timestep_embedding_detail {
+
+using kernels::FastDivmod;
+using kernels::kPointwiseThreads;
+
+struct Problem {
+  FastDivmod per_row;  // work items per row
+  uint32_t total;
+  int64_t t_stride;
+  int64_t out_stride;  // elements between rows of out
+  int half;
+  bool odd;           // a zero column at dim - 1
+  bool flip;
+  float log_period;   // fp32(-ln(max_period))
+  float inv_denom;    // 1 / fp32(half - shift), in fp32 (as torch divides by a scalar on CUDA)
+  float scale;
+};
+
+template <typename TT>
+__device__ __forceinline__ float read_t(const TT* p) {
+  if constexpr (std::is_same_v<TT, __half> || std::is_same_v<TT, __nv_bfloat16>) {
+    return kernels::to_float(*p);
+  } else {
+    return static_cast<float>(*p);
+  }
+}
+
+template <typename T, typename TT, bool kPacked>
+__global__ void __launch_bounds__(kPointwiseThreads)
+    timestep_embedding_kernel(bool pdl, T* __restrict__ out, const TT* __restrict__ t,
+                              Problem p) {
+  constexpr int W = kernels::pack_width<T, kPacked>;
+  const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
+  if (pdl) kernels::pdl_wait();
+  if (i >= p.total) return;
+  uint32_t n, c;
+  p.per_row.divmod(i, n, c);
+  const float tn = read_t(t + n * p.t_stride);
+  if (pdl) kernels::pdl_launch_dependents();
+  T* row = out + n * p.out_stride;
+  const int f0 = static_cast<int>(c) * W;
+  if (f0 < p.half) {
+    float first[W], second[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float exponent = p.log_period * static_cast<float>(f0 + k);
+      const float freq = expf(exponent * p.inv_denom);
+      const float a = p.scale * (tn * freq);
+      float s, co;
+      sincosf(a, &s, &co);
+      first[k] = p.flip ? co : s;
+      second[k] = p.flip ? s : co;
+    }
+    kernels::Pack<T, W> y;
+    y.pack(first);
+    y.store_stream(row + f0);
+    y.pack(second);
+    y.store_stream(row + p.half + f0);
+  }
+  if (p.odd && c == 0) {
+    float z[1] = {0.0f};
+    kernels::Pack<T, 1> y;
+    y.pack(z);
+    y.store(row + 2 * p.half);
+  }
+}
+
+template <typename T, typename TT>
+void run(T* out, const TT* t, int64_t rows, int64_t dim, int64_t t_stride, int64_t out_stride,
+         bool flip, double shift, double scale, double max_period, const kernels::Launch& ctx) {
+  constexpr int P = kernels::Pack<T>::size;
+  const int64_t half = dim / 2;
+  const bool packed = half % P == 0 && dim % P == 0 && out_stride % P == 0 &&
+                      kernels::is_aligned(out) && half > 0;
+  const int64_t per_row = half == 0 ? 1 : (packed ? half / P : half);
+  Problem p;
+  p.per_row = FastDivmod(static_cast<uint32_t>(per_row));
+  p.t_stride = t_stride;
+  p.out_stride = out_stride;
+  p.half = static_cast<int>(half);
+  p.odd = dim % 2 != 0;
+  p.flip = flip;
+  p.log_period = static_cast<float>(-std::log(max_period));
+  p.inv_denom = 1.0f / static_cast<float>(static_cast<double>(half) - shift);
+  p.scale = static_cast<float>(scale);
+  kernels::for_row_chunks(rows, per_row, [&](int64_t r0, int64_t n) {
+    p.total = static_cast<uint32_t>(n * per_row);
+    auto kernel = packed ? timestep_embedding_kernel<T, TT, true>
+                         : timestep_embedding_kernel<T, TT, false>;
+    kernels::launch_pointwise(ctx, kernel, p.total, out + r0 * out_stride, t + r0 * t_stride, p);
+  });
+}
+
+// Runs body.template operator()<TT>() with TT the C++ type of t's dtype.
+template <typename F>
+void dispatch_t(DLDataType d, const char* op, F&& body) {
+  using kernels::is_dtype;
+  if (is_dtype(d, kDLFloat, 32)) return body(static_cast<const float*>(nullptr));
+  if (is_dtype(d, kDLFloat, 16)) return body(static_cast<const __half*>(nullptr));
+  if (is_dtype(d, kDLBfloat, 16)) return body(static_cast<const __nv_bfloat16*>(nullptr));
+  if (is_dtype(d, kDLFloat, 64)) return body(static_cast<const double*>(nullptr));
+  if (is_dtype(d, kDLInt, 32)) return body(static_cast<const int32_t*>(nullptr));
+  if (is_dtype(d, kDLInt, 64)) return body(static_cast<const int64_t*>(nullptr));
+  TVM_FFI_THROW(TypeError) << op << ": t must have dtype float32, float16, bfloat16, float64, "
+                           << "int32 or int64";
+}
+
+}  // namespace timestep_embedding_detail
+
+// out: [N, dim] float32, float16 or bfloat16 (rows may be strided, last dim contiguous).
+// t: [N], any stride.
+inline void timestep_embedding(tvm::ffi::TensorView out, tvm::ffi::TensorView t, int64_t dim,
+                               bool flip_sin_to_cos, double downscale_freq_shift, double scale,
+                               double max_period) {
+  namespace detail = timestep_embedding_detail;
+  constexpr const char* kOp = "diffusion.timestep_embedding";
+  // 1. Validate.
+  kernels::check_ndim(kOp, "t", t, 1);
+  kernels::check_ndim(kOp, "out", out, 2);
+  TVM_FFI_CHECK(dim >= 1 && out.size(0) == t.size(0) && out.size(1) == dim, ValueError)
+      << kOp << ": out must have shape [N, dim] = [" << t.size(0) << ", " << dim << "], got "
+      << kernels::shape_string(out);
+  kernels::check_last_dim_contiguous(kOp, "out", out);
+  TVM_FFI_CHECK(dim / 2 == 0 || static_cast<double>(dim / 2) != downscale_freq_shift, ValueError)
+      << kOp << ": dim // 2 - downscale_freq_shift must not be 0";
+  TVM_FFI_CHECK(std::isfinite(max_period) && max_period > 0, ValueError)
+      << kOp << ": max_period must be > 0, got " << max_period;
+  TVM_FFI_CHECK(dim < (int64_t{1} << 30), ValueError)
+      << kOp << ": dim must be below 2^30, got " << dim;
+  kernels::check_device(kOp, "t", t, kDLCUDA);
+  kernels::check_same_device(kOp, "out", out, "t", t);
+  const int64_t rows = t.size(0);
+  TVM_FFI_CHECK(rows < (int64_t{1} << 31), ValueError) << kOp << ": too many timesteps";
+  if (rows == 0) return;
+  // 2. Device guard, 3. the caller's stream.
+  kernels::DeviceGuard guard(t);
+  const kernels::Launch ctx(kOp, t);
+  // 4. Dispatch on dtypes and launch (checked).
+  const int64_t t_stride = t.stride(0), out_stride = rows == 1 ? dim : out.stride(0);
+  KERNELS_DISPATCH_FLOAT(out.dtype(), kOp, T, [&] {
+    detail::dispatch_t(t.dtype(), kOp, [&](auto tag) {
+      using TT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+      detail::run<T, TT>(kernels::data<T>(out), kernels::data<const TT>(t), rows, dim, t_stride,
+                         out_stride, flip_sin_to_cos, downscale_freq_shift, scale, max_period,
+                         ctx);
+    });
+  });
+}

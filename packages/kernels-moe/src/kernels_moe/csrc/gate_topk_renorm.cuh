@@ -1,0 +1,264 @@
+// moe.gate_topk_renorm, CUDA: DeepSeek-V3 "noaux_tc" routing. Per token: s = sigmoid(logits),
+// sb = s + bias (NaN -> -1e30) selects; with n_group > 1 only the topk_group groups of largest
+// top-2 sum of sb compete (ties to the lower group); the k largest sb (ties to the lower expert)
+// get weight s, divided by the sum when renormalising (not when it is 0), times the scaling
+// factor when applied on output.
+//
+// One warp per token, 4 tokens per block of 128 threads: lane `l` holds experts l, l + 32, ...
+// (kPer = ceil(E / 32) slots in registers, E <= 1024; all loads issued at once, coalesced).
+// Group scores: per group, a lane-local top-2 over its experts in the group, then two warp
+// maxima (redux.sync) and a ballot give the group's top two (groups of exactly 32 experts, as
+// DeepSeek-V3's 256 / 8, skip the lane-local pass: group g is register slot g); lane g keeps
+// group g's score (n_group <= 32) and topk_group rounds of a warp key max pick the groups.
+// Then k rounds of a warp key max (moe_common::warp_topk) pick the experts (k <= 32); lane j
+// writes column j.
+#pragma once
+
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
+#include <kernels/checks.h>
+#include <kernels/cuda_dtype.cuh>
+#include <kernels/dtype.h>
+#include <kernels/launch.cuh>
+#include <kernels/pdl.cuh>
+#include <kernels/tensor.h>
+
+#include "moe_common.cuh"
+
+namespace gate_topk_renorm_detail {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxK = 32;
+constexpr int kMaxGroups = 32;
+constexpr float kNanScore = -1e30f;
+
+struct Params {
+  const void* logits;
+  const void* bias;  // [E] or null
+  float* weights;
+  int32_t* ids;
+  int64_t l_s0, w_s0, w_s1, i_s0, i_s1;
+  int64_t tokens;
+  int experts, k, bias_code, n_group, topk_group, group_size;
+  float scale;  // 1 unless applied on output
+  bool renormalize;
+};
+
+// The group score of groups of 32 experts (kGroup32: group g is slot g of every lane, as in
+// DeepSeek-V3's 256 / 8): one element per lane, so the warp's top two are a warp max and the
+// warp max once its lowest holder drops out.
+__device__ __forceinline__ float group32_score(float value, int lane) {
+  const uint32_t mine = moe_common::ordered_bits(value);
+  const uint32_t top = moe_common::warp_max_u32(mine);
+  const unsigned holders = __ballot_sync(0xffffffffu, mine == top);
+  const uint32_t rest = lane == __ffs(holders) - 1 ? moe_common::ordered_bits(-INFINITY) : mine;
+  const uint32_t next = moe_common::warp_max_u32(rest);
+  return moe_common::from_ordered_bits(top) + moe_common::from_ordered_bits(next);
+}
+
+template <typename T, int kPer, bool kGroup32>
+__global__ void __launch_bounds__(kThreads) gate_topk_renorm_kernel(bool pdl, Params p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (pdl) kernels::pdl_wait();
+  if (token >= p.tokens) return;  // the whole warp leaves together
+  const T* row = static_cast<const T*>(p.logits) + token * p.l_s0;
+  float s[kPer], sb[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = i * 32 + lane;
+    s[i] = e < p.experts ? kernels::to_float(row[e]) : 0.0f;
+  }
+  if (pdl) kernels::pdl_launch_dependents();
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = i * 32 + lane;
+    s[i] = 1.0f / (1.0f + expf(-s[i]));
+    float b = s[i];
+    if (p.bias && e < p.experts) b += moe_common::load_float(p.bias, p.bias_code, e);
+    sb[i] = isnan(b) ? kNanScore : b;
+  }
+  if (p.n_group > 1) {
+    int group[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = i * 32 + lane;
+      group[i] = e < p.experts ? e / p.group_size : -1;
+    }
+    float my_score = -INFINITY;
+    if constexpr (kGroup32) {
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        if (i < p.n_group) {
+          const float score = group32_score(sb[i], lane);
+          if (lane == i) my_score = score;
+        }
+      }
+    } else {
+      for (int g = 0; g < p.n_group; ++g) {
+        // Lane-local top two of the group, then the warp's: the largest value (a warp max of
+        // order-preserving bits), and the largest of what remains once one holder of it (the
+        // lowest lane) offers its second instead (duplicates count, as topk(2).sum()).
+        float first = -INFINITY, second = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          if (group[i] == g) {
+            if (sb[i] > first) {
+              second = first;
+              first = sb[i];
+            } else if (sb[i] > second) {
+              second = sb[i];
+            }
+          }
+        }
+        const uint32_t mine = moe_common::ordered_bits(first);
+        const uint32_t top = moe_common::warp_max_u32(mine);
+        const unsigned holders = __ballot_sync(0xffffffffu, mine == top);
+        const bool holder = lane == __ffs(holders) - 1;
+        const uint32_t next =
+            moe_common::warp_max_u32(moe_common::ordered_bits(holder ? second : first));
+        if (lane == g)
+          my_score = moe_common::from_ordered_bits(top) + moe_common::from_ordered_bits(next);
+      }
+    }
+    unsigned long long gkey =
+        lane < p.n_group
+            ? moe_common::score_key(isnan(my_score) ? kNanScore : my_score, lane)
+            : 0ull;
+    unsigned kept = 0;
+    for (int r = 0; r < p.topk_group; ++r) {
+      const unsigned long long best = moe_common::warp_max_key(gkey);
+      const int g = moe_common::key_expert(best);
+      kept |= 1u << g;
+      if (lane == g) gkey = 0;
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (group[i] >= 0 && !((kept >> group[i]) & 1u)) sb[i] = -INFINITY;
+  }
+  unsigned long long key[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = i * 32 + lane;
+    key[i] = e < p.experts ? moe_common::score_key(sb[i], e) : 0ull;
+  }
+  int expert;
+  float weight, sum;
+  moe_common::warp_topk<kPer>(key, s, p.k, lane, expert, weight, sum);
+  if (lane < p.k) {
+    if (p.renormalize && sum != 0.0f) weight = weight / sum;
+    weight *= p.scale;
+    p.weights[token * p.w_s0 + lane * p.w_s1] = weight;
+    p.ids[token * p.i_s0 + lane * p.i_s1] = expert;
+  }
+}
+
+template <typename T, bool kGroup32>
+void launch_groups(const kernels::Launch& ctx, const Params& p) {
+  const unsigned grid = kernels::ceil_div(p.tokens, kWarps);
+  const int per = (p.experts + 31) / 32;
+  if (per <= 1)
+    kernels::launch(ctx, gate_topk_renorm_kernel<T, 1, kGroup32>, grid, kThreads, p);
+  else if (per <= 2)
+    kernels::launch(ctx, gate_topk_renorm_kernel<T, 2, kGroup32>, grid, kThreads, p);
+  else if (per <= 4)
+    kernels::launch(ctx, gate_topk_renorm_kernel<T, 4, kGroup32>, grid, kThreads, p);
+  else if (per <= 8)
+    kernels::launch(ctx, gate_topk_renorm_kernel<T, 8, kGroup32>, grid, kThreads, p);
+  else if (per <= 12)
+    kernels::launch(ctx, gate_topk_renorm_kernel<T, 12, kGroup32>, grid, kThreads, p);
+  else if (per <= 16)
+    kernels::launch(ctx, gate_topk_renorm_kernel<T, 16, kGroup32>, grid, kThreads, p);
+  else
+    kernels::launch(ctx, gate_topk_renorm_kernel<T, 32, kGroup32>, grid, kThreads, p);
+}
+
+template <typename T>
+void launch(const kernels::Launch& ctx, const Params& p) {
+  if (p.n_group > 1 && p.group_size == 32)
+    launch_groups<T, true>(ctx, p);
+  else
+    launch_groups<T, false>(ctx, p);
+}
+
+}  // namespace gate_topk_renorm_detail
+
+// weights [T, k] float32, ids [T, k] int32 (any strides), logits [T, E] float (last dim
+// contiguous), bias [E] float or None; E <= 1024, k <= 32, n_group <= 32.
+inline void gate_topk_renorm(tvm::ffi::TensorView weights, tvm::ffi::TensorView ids,
+                             tvm::ffi::TensorView logits,
+                             tvm::ffi::Optional<tvm::ffi::TensorView> bias, int64_t n_group,
+                             int64_t topk_group, bool renormalize, double routed_scaling_factor,
+                             bool apply_routed_scaling_factor_on_output) {
+  namespace detail = gate_topk_renorm_detail;
+  constexpr const char* kOp = "moe.gate_topk_renorm";
+  // 1. Validate.
+  kernels::check_ndim(kOp, "logits", logits, 2);
+  kernels::check_ndim(kOp, "weights", weights, 2);
+  kernels::check_ndim(kOp, "ids", ids, 2);
+  kernels::check_same_shape(kOp, "weights", weights, "ids", ids);
+  const int64_t tokens = logits.size(0), experts = logits.size(1), k = weights.size(1);
+  TVM_FFI_CHECK(weights.size(0) == tokens, ValueError)
+      << kOp << ": weights must have T = " << tokens << " rows like logits, got shape "
+      << kernels::shape_string(weights);
+  TVM_FFI_CHECK(n_group >= 1 && experts % n_group == 0 && experts / n_group >= 2, ValueError)
+      << kOp << ": E = " << experts << " must be a multiple of n_group = " << n_group
+      << " with >= 2 experts per group";
+  TVM_FFI_CHECK(topk_group >= 1 && topk_group <= n_group, ValueError)
+      << kOp << ": topk_group = " << topk_group << " must be in [1, n_group = " << n_group << "]";
+  TVM_FFI_CHECK(k >= 1 && k <= topk_group * (experts / n_group), ValueError)
+      << kOp << ": topk = " << k << " must be in [1, topk_group * E / n_group = "
+      << topk_group * (experts / n_group) << "]";
+  TVM_FFI_CHECK(experts <= detail::kMaxExperts && k <= detail::kMaxK &&
+                    n_group <= detail::kMaxGroups,
+                ValueError)
+      << kOp << ": the CUDA kernel takes E <= " << detail::kMaxExperts << ", k <= "
+      << detail::kMaxK << " and n_group <= " << detail::kMaxGroups << ", got E = " << experts
+      << ", k = " << k << ", n_group = " << n_group;
+  TVM_FFI_CHECK(kernels::is_dtype(weights.dtype(), kDLFloat, 32), TypeError)
+      << kOp << ": weights must be float32";
+  TVM_FFI_CHECK(kernels::is_dtype(ids.dtype(), kDLInt, 32), TypeError)
+      << kOp << ": ids must be int32";
+  kernels::check_device(kOp, "logits", logits, kDLCUDA);
+  kernels::check_same_device(kOp, "weights", weights, "logits", logits);
+  kernels::check_same_device(kOp, "ids", ids, "logits", logits);
+  kernels::check_last_dim_contiguous(kOp, "logits", logits);
+  detail::Params p{};
+  if (bias.has_value()) {
+    const tvm::ffi::TensorView b = bias.value();
+    kernels::check_ndim(kOp, "bias", b, 1);
+    TVM_FFI_CHECK(b.size(0) == experts, ValueError)
+        << kOp << ": bias must have shape [" << experts << "] (E), got "
+        << kernels::shape_string(b);
+    kernels::check_contiguous(kOp, "bias", b);
+    kernels::check_same_device(kOp, "bias", b, "logits", logits);
+    p.bias_code = moe_common::float_code(kOp, "bias", b.dtype());
+    p.bias = kernels::data<const void>(b);
+  }
+  if (tokens == 0) return;
+  // 2. Device guard, 3. the caller's stream.
+  kernels::DeviceGuard guard(logits);
+  const kernels::Launch ctx(kOp, logits);
+  // 4. Dispatch on dtype and launch.
+  p.logits = kernels::data<const void>(logits);
+  p.weights = kernels::data<float>(weights);
+  p.ids = kernels::data<int32_t>(ids);
+  p.l_s0 = logits.stride(0);
+  p.w_s0 = weights.stride(0);
+  p.w_s1 = weights.stride(1);
+  p.i_s0 = ids.stride(0);
+  p.i_s1 = ids.stride(1);
+  p.tokens = tokens;
+  p.experts = static_cast<int>(experts);
+  p.k = static_cast<int>(k);
+  p.n_group = static_cast<int>(n_group);
+  p.topk_group = static_cast<int>(topk_group);
+  p.group_size = static_cast<int>(experts / n_group);
+  p.scale = apply_routed_scaling_factor_on_output ? static_cast<float>(routed_scaling_factor)
+                                                  : 1.0f;
+  p.renormalize = renormalize;
+  KERNELS_DISPATCH_FLOAT(logits.dtype(), kOp, T, [&] { detail::launch<T>(ctx, p); });
+}

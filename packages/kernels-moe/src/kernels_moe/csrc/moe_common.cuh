@@ -1,0 +1,146 @@
+// Helpers shared by the kernels-moe CUDA sources: a scalar read of a float tensor of any float
+// dtype (weights and biases may differ in dtype from the main operand), the order-preserving
+// (score, expert id) keys of the warp top-k, and small host checks.
+#pragma once
+
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <kernels/checks.h>
+#include <kernels/dtype.h>
+
+#include <cstdint>
+
+namespace moe_common {
+
+// A float tensor's dtype as a small code read on the device: 0 float32, 1 float16, 2 bfloat16.
+enum FloatCode : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+inline int float_code(const char* op, const char* arg, DLDataType t) {
+  if (kernels::is_dtype(t, kDLFloat, 32)) return kF32;
+  if (kernels::is_dtype(t, kDLFloat, 16)) return kF16;
+  if (kernels::is_dtype(t, kDLBfloat, 16)) return kBF16;
+  TVM_FFI_THROW(TypeError) << op << ": " << arg
+                           << " must be float32, float16 or bfloat16";
+  return kF32;
+}
+
+// Element i of a float array of dtype `code`, as fp32, through the read-only path.
+__device__ __forceinline__ float load_float(const void* p, int code, int64_t i) {
+  if (code == kF32) return __ldg(static_cast<const float*>(p) + i);
+  const unsigned short bits = __ldg(static_cast<const unsigned short*>(p) + i);
+  if (code == kF16) return __half2float(__ushort_as_half(bits));
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+// n (<= kN) elements i * stride of a float array of dtype `code` as fp32, the loads issued
+// back to back (one dtype branch, not one per element).
+template <int kN>
+__device__ __forceinline__ void load_floats(float (&out)[kN], const void* p, int code,
+                                            int64_t stride, int n) {
+  if (code == kF32) {
+    const float* f = static_cast<const float*>(p);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) out[i] = i < n ? __ldg(f + i * stride) : 0.0f;
+  } else {
+    const unsigned short* h = static_cast<const unsigned short*>(p);
+    unsigned short bits[kN];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) bits[i] = i < n ? __ldg(h + i * stride) : 0;
+#pragma unroll
+    for (int i = 0; i < kN; ++i)
+      out[i] = code == kF16 ? __half2float(__ushort_as_half(bits[i]))
+                            : __uint_as_float(static_cast<uint32_t>(bits[i]) << 16);
+  }
+}
+
+// (score, expert) as one 64-bit key whose unsigned maximum is the largest score, ties to the
+// lower expert: the score's bits mapped to an order-preserving uint32 above ~expert. No valid
+// element ever has key 0 (its low word is ~e != 0 for e < 2^32 - 1 and its high word > 0
+// for every non-NaN score), so 0 is "nothing left". NaN scores must be mapped by the caller.
+__device__ __forceinline__ unsigned long long score_key(float score, int expert) {
+  uint32_t u = __float_as_uint(score);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(u) << 32) | (0xffffffffu - static_cast<uint32_t>(expert));
+}
+__device__ __forceinline__ int key_expert(unsigned long long key) {
+  return static_cast<int>(0xffffffffu - static_cast<uint32_t>(key));
+}
+
+// A float's bits as a uint32 of the same order (NaN excluded), and back.
+__device__ __forceinline__ uint32_t ordered_bits(float x) {
+  const uint32_t u = __float_as_uint(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float from_ordered_bits(uint32_t u) {
+  return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
+}
+
+__device__ __forceinline__ uint32_t warp_max_u32(uint32_t x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(0xffffffffu, x);
+#else
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    x = max(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+#endif
+}
+
+// The warp's largest key, in every lane: on sm_80+ two redux.sync (the score word, then the
+// expert word among the lanes holding that score) instead of 5 steps of two 32-bit shuffles.
+__device__ __forceinline__ unsigned long long warp_max_key(unsigned long long key) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t hi = static_cast<uint32_t>(key >> 32), lo = static_cast<uint32_t>(key);
+  const uint32_t top = __reduce_max_sync(0xffffffffu, hi);
+  const uint32_t low = __reduce_max_sync(0xffffffffu, hi == top ? lo : 0u);
+  return (static_cast<unsigned long long>(top) << 32) | low;
+#else
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const unsigned long long other = __shfl_xor_sync(0xffffffffu, key, offset);
+    key = other > key ? other : key;
+  }
+  return key;
+#endif
+}
+
+// The k <= 32 largest keys of a warp's row, descending: each lane holds kPer (key, value) pairs
+// (key 0: not a candidate; keys are distinct). Round j leaves the j-th winner's expert and value
+// in lane j (`my_expert`, `my_value`); every lane gets the sum of the k values in selection
+// order. A round is a lane-local max over the keys below the previous winner, a warp key max
+// and one shuffle of the winner's value from its lane (expert e lives in lane e % 32).
+template <int kPer>
+__device__ __forceinline__ void warp_topk(const unsigned long long (&key)[kPer],
+                                          const float (&value)[kPer], int k, int lane,
+                                          int& my_expert, float& my_value, float& sum) {
+  sum = 0.0f;
+  my_expert = 0;
+  my_value = 0.0f;
+  unsigned long long bound = ~0ull;
+  for (int j = 0; j < k; ++j) {
+    unsigned long long best = 0;
+    float best_value = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      if (key[i] < bound && key[i] > best) {
+        best = key[i];
+        best_value = value[i];
+      }
+    }
+    best = warp_max_key(best);
+    const int expert = key_expert(best);
+    const float v = __shfl_sync(0xffffffffu, best_value, expert & 31);
+    if (lane == j) {
+      my_expert = expert;
+      my_value = v;
+    }
+    sum += v;
+    bound = best;
+  }
+}
+
+}  // namespace moe_common

@@ -1,0 +1,176 @@
+// moe.moe_sum_reduce, CUDA: out[t, :] = scale * sum_j w[t, j] * x[t, j, :] (w = 1 when absent),
+// fp32 accumulation in j order (each term rounded like the reference: w * x, then the add),
+// rounded once to the dtype of x.
+//
+// One thread per (token, 16-byte column pack): it issues the k loads of its column (k known at
+// compile time for 1, 2, 4, 8 and 9: all k loads in flight before the first add; other k in
+// batches of 8), then reduces and stores one pack. Blocks of 256 threads over the flat
+// (token, pack) index, 64-bit offsets. Scalars (one element per thread) when H, the strides or
+// the pointers do not allow 16-byte packs. PDL for small grids (decode).
+#pragma once
+
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
+#include <kernels/checks.h>
+#include <kernels/dtype.h>
+#include <kernels/launch.cuh>
+#include <kernels/pdl.cuh>
+#include <kernels/pointwise.cuh>
+#include <kernels/tensor.h>
+#include <kernels/vec.cuh>
+
+#include "moe_common.cuh"
+
+namespace moe_sum_reduce_detail {
+
+constexpr int kThreads = 256;
+constexpr int kBatch = 8;  // loads in flight per thread for a runtime k
+
+struct Params {
+  const void* x;
+  void* out;
+  const void* w;  // [T, k] weights or null
+  int64_t x_s0, x_s1, out_s0, w_s0, w_s1;  // strides in elements
+  int64_t work;                            // tokens * columns
+  int64_t columns;                         // packs (or elements) per row
+  int k;
+  int w_code;
+  int w_bytes;  // bytes per weight
+  float scale;
+};
+
+template <typename T, int kW, int kK>
+__global__ void __launch_bounds__(kThreads) sum_kernel(bool pdl, Params p) {
+  using Raw = kernels::Pack<T, kW>;
+  if (pdl) kernels::pdl_wait();
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (item >= p.work) return;
+  const int64_t t = item / p.columns;
+  const int64_t c = item - t * p.columns;
+  const T* x = static_cast<const T*>(p.x) + t * p.x_s0 + c * kW;
+  const int k = kK > 0 ? kK : p.k;
+  float acc[kW];
+#pragma unroll
+  for (int e = 0; e < kW; ++e) acc[e] = 0.0f;
+  auto add = [&](const Raw& r, float wj) {
+    float v[kW];
+    r.unpack(v);
+    if (p.w) {
+#pragma unroll
+      for (int e = 0; e < kW; ++e) acc[e] = __fadd_rn(acc[e], __fmul_rn(v[e], wj));
+    } else {
+#pragma unroll
+      for (int e = 0; e < kW; ++e) acc[e] = __fadd_rn(acc[e], v[e]);
+    }
+  };
+  const void* w = p.w ? static_cast<const void*>(static_cast<const char*>(p.w) +
+                                                  t * p.w_s0 * p.w_bytes)
+                      : nullptr;
+  if constexpr (kK > 0) {
+    Raw r[kK];
+#pragma unroll
+    for (int j = 0; j < kK; ++j) r[j].load_stream(x + j * p.x_s1);
+    float wv[kK];
+    if (w) moe_common::load_floats<kK>(wv, w, p.w_code, p.w_s1, kK);
+#pragma unroll
+    for (int j = 0; j < kK; ++j) add(r[j], w ? wv[j] : 1.0f);
+  } else {
+    for (int j0 = 0; j0 < k; j0 += kBatch) {
+      const int n = min(kBatch, k - j0);
+      Raw r[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (u < n) r[u].load_stream(x + (j0 + u) * p.x_s1);
+      float wv[kBatch];
+      if (w)
+        moe_common::load_floats<kBatch>(
+            wv, static_cast<const char*>(w) + j0 * p.w_s1 * p.w_bytes, p.w_code, p.w_s1, n);
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (u < n) add(r[u], w ? wv[u] : 1.0f);
+    }
+  }
+  if (pdl) kernels::pdl_launch_dependents();
+#pragma unroll
+  for (int e = 0; e < kW; ++e) acc[e] *= p.scale;
+  Raw o;
+  o.pack(acc);
+  o.store_stream(static_cast<T*>(p.out) + t * p.out_s0 + c * kW);
+}
+
+template <typename T, int kW>
+void launch(const kernels::Launch& ctx, const Params& p) {
+  const unsigned grid = kernels::ceil_div(p.work, kThreads);
+  switch (p.k) {
+    case 1: kernels::launch(ctx, sum_kernel<T, kW, 1>, grid, kThreads, p); break;
+    case 2: kernels::launch(ctx, sum_kernel<T, kW, 2>, grid, kThreads, p); break;
+    case 4: kernels::launch(ctx, sum_kernel<T, kW, 4>, grid, kThreads, p); break;
+    case 8: kernels::launch(ctx, sum_kernel<T, kW, 8>, grid, kThreads, p); break;
+    case 9: kernels::launch(ctx, sum_kernel<T, kW, 9>, grid, kThreads, p); break;
+    default: kernels::launch(ctx, sum_kernel<T, kW, 0>, grid, kThreads, p); break;
+  }
+}
+
+}  // namespace moe_sum_reduce_detail
+
+// out: [T, H], x: [T, k, H] (one dtype, last dims contiguous, other strides arbitrary),
+// topk_weights: [T, k] float32/float16/bfloat16 or None.
+inline void moe_sum_reduce(tvm::ffi::TensorView out, tvm::ffi::TensorView x,
+                           tvm::ffi::Optional<tvm::ffi::TensorView> topk_weights,
+                           double routed_scaling_factor) {
+  namespace detail = moe_sum_reduce_detail;
+  constexpr const char* kOp = "moe.moe_sum_reduce";
+  // 1. Validate.
+  kernels::check_ndim(kOp, "x", x, 3);
+  kernels::check_ndim(kOp, "out", out, 2);
+  const int64_t tokens = x.size(0), k = x.size(1), hidden = x.size(2);
+  TVM_FFI_CHECK(out.size(0) == tokens && out.size(1) == hidden, ValueError)
+      << kOp << ": out must have shape [" << tokens << ", " << hidden << "] [T, H], got "
+      << kernels::shape_string(out);
+  kernels::check_same_dtype(kOp, "out", out, "x", x);
+  kernels::check_device(kOp, "x", x, kDLCUDA);
+  kernels::check_same_device(kOp, "out", out, "x", x);
+  kernels::check_last_dim_contiguous(kOp, "x", x);
+  kernels::check_last_dim_contiguous(kOp, "out", out);
+  TVM_FFI_CHECK(k < (int64_t{1} << 31), ValueError) << kOp << ": k too large";
+  detail::Params p{};
+  const bool weighted = topk_weights.has_value();
+  if (weighted) {
+    const tvm::ffi::TensorView w = topk_weights.value();
+    kernels::check_ndim(kOp, "topk_weights", w, 2);
+    TVM_FFI_CHECK(w.size(0) == tokens && w.size(1) == k, ValueError)
+        << kOp << ": topk_weights must have shape [" << tokens << ", " << k << "] [T, k], got "
+        << kernels::shape_string(w);
+    kernels::check_same_device(kOp, "topk_weights", w, "x", x);
+    p.w_code = moe_common::float_code(kOp, "topk_weights", w.dtype());
+    p.w_bytes = p.w_code == moe_common::kF32 ? 4 : 2;
+    p.w = kernels::data<const void>(w);
+    p.w_s0 = w.stride(0);
+    p.w_s1 = w.stride(1);
+  }
+  if (tokens == 0 || hidden == 0) return;
+  // 2. Device guard, 3. the caller's stream.
+  kernels::DeviceGuard guard(x);
+  const kernels::Launch ctx(kOp, x);
+  // 4. Dispatch on dtype and launch.
+  p.x = kernels::data<const void>(x);
+  p.out = kernels::data<void>(out);
+  p.x_s0 = tokens == 1 ? 0 : x.stride(0);  // a size-1 dim's stride is arbitrary
+  p.x_s1 = k == 1 ? 0 : x.stride(1);
+  p.out_s0 = tokens == 1 ? 0 : out.stride(0);
+  p.k = static_cast<int>(k);
+  p.scale = static_cast<float>(routed_scaling_factor);
+  KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
+    constexpr int kW = kernels::kVectorBytes / static_cast<int>(sizeof(T));
+    const bool packed = kernels::vectors_fit(hidden, kW, {p.x, p.out},
+                                             {kernels::RowMap{p.x_s0, p.x_s1},
+                                              kernels::RowMap{p.out_s0, 0}});
+    p.columns = packed ? hidden / kW : hidden;
+    p.work = tokens * p.columns;
+    if (packed)
+      detail::launch<T, kW>(ctx, p);
+    else
+      detail::launch<T, 1>(ctx, p);
+  });
+}
