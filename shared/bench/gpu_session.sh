@@ -4,7 +4,8 @@
 #
 #   TESTS="tests/elementwise" [TESTS_K="not compile"] BENCH="elementwise" [QUICK=1] \
 #     [SANITIZE="tests/x.py::t"] [BENCH_TIMEOUT=seconds] [KERNELS_COMMIT=abc1234] \
-#     [STATIC_COMPILE=targets|large|all|none] [PREBUILD="group ..."] shared/bench/gpu_session.sh
+#     [STATIC_COMPILE=targets|large|all|none] [PREBUILD="group ..."] [BENCH_OPS="op ..."] \
+#     shared/bench/gpu_session.sh
 #
 # PREBUILD builds those groups' CUDA modules first, 16 at a time (`kernels-jit build`): the tests
 # and benchmarks then load them from the cache instead of building one after another.
@@ -80,6 +81,7 @@ if [ -n "${BENCH:-}" ]; then
   args=()
   for g in $BENCH; do args+=(--group "$g"); done
   [ -n "${QUICK:-}" ] && args+=(--quick)
+  for o in ${BENCH_OPS:-}; do args+=(--op "$o"); done
   [ -n "${STATIC_COMPILE:-}" ] && args+=(--static-compile "$STATIC_COMPILE")
   # BENCH_TIMEOUT (s) stops the sweep early; the groups already finished keep their results.
   timeout --signal=INT "${BENCH_TIMEOUT:-0}" \

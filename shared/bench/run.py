@@ -65,9 +65,16 @@ def available_suites() -> list[str]:
     )
 
 
-def run_group(group: str, quick: bool, out_dir: Path, copy: float, commit_id: str) -> dict:
+def run_group(
+    group: str,
+    quick: bool,
+    out_dir: Path,
+    copy: float,
+    commit_id: str,
+    ops: list[str] | None = None,
+) -> dict:
     suite = importlib.import_module(f"shared.bench.suites.{group}")
-    cases = list(suite.cases(quick))
+    cases = [c for c in suite.cases(quick) if not ops or c.op.startswith(tuple(ops))]
     records: list[harness.Record] = []
     columns = (
         TextColumn("[bold]{task.description}"),
@@ -124,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         help="suite to run (repeatable; default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="a few shapes only")
+    parser.add_argument(
+        "--op",
+        action="append",
+        help="only the cases of ops whose name starts with this (repeatable; the group's JSON "
+        "then holds only them)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks")
     parser.add_argument(
         "--static-compile",
@@ -149,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     for group in args.group or available_suites():
         try:
-            results[group] = run_group(group, args.quick, args.out, copy, commit_id)
+            results[group] = run_group(group, args.quick, args.out, copy, commit_id, args.op)
         except Exception as exc:  # one broken suite must not cost the others their results
             traceback.print_exc()
             failed.append(f"{group}: {type(exc).__name__}: {exc}")

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
+import subprocess
+import sys
+import textwrap
 from contextlib import contextmanager
+from pathlib import Path
 
 from kernels_jit import ModuleSpec, declared_modules, load_module
 from kernels_jit.registry import resolve_target
@@ -45,3 +50,36 @@ def compile_group_for_hopper(group: str) -> list[str]:
             load_module(module)
             built.append(module.uri)
     return built
+
+
+def sanitizer_path() -> str | None:
+    """compute-sanitizer on PATH or in ``$CUDA_HOME/bin`` (default /usr/local/cuda), or None."""
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    candidate = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "compute-sanitizer"
+    return str(candidate) if candidate.exists() else None
+
+
+def run_memcheck(group: str, script: str, timeout: float = 1800) -> None:
+    """Run ``script`` (Python source that calls every kernel path of ``group`` and prints
+    ``done`` last) under compute-sanitizer's memcheck; fail with its report on any error. The
+    group's modules are built first, outside the sanitizer, into the same cache. Skips where no
+    compute-sanitizer is installed."""
+    import pytest
+
+    sanitizer = sanitizer_path()
+    if sanitizer is None:
+        pytest.skip("compute-sanitizer not found (CUDA_HOME/bin or PATH)")
+    compile_group_for_hopper(group)
+    result = subprocess.run(
+        [sanitizer, "--tool", "memcheck", "--error-exitcode", "3",
+         sys.executable, "-c", textwrap.dedent(script)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )  # fmt: skip
+    assert result.returncode == 0 and "done" in result.stdout, (
+        result.stdout[-4000:] + result.stderr[-4000:]
+    )

@@ -3,18 +3,9 @@ and, on the GPU, every kernel path runs clean under compute-sanitizer's memcheck
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pytest
 
-from shared.testing.builds import compile_group_for_hopper
-
-ROOT = Path(__file__).resolve().parents[2]
+from shared.testing.builds import compile_group_for_hopper, run_memcheck
 
 
 def test_cuda_sources_compile_for_sm90a():
@@ -66,30 +57,4 @@ print("done")
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_memcheck_every_kernel_path():
-    sanitizer = shutil.which("compute-sanitizer")
-    if sanitizer is None:
-        cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-        candidate = Path(cuda_home) / "bin" / "compute-sanitizer"
-        sanitizer = str(candidate) if candidate.exists() else None
-    if sanitizer is None:
-        pytest.skip("compute-sanitizer not found (CUDA_HOME/bin or PATH)")
-    compile_group_for_hopper("kvcache")  # build outside the sanitizer (same cache dir)
-    result = subprocess.run(
-        [
-            sanitizer,
-            "--tool",
-            "memcheck",
-            "--error-exitcode",
-            "3",
-            sys.executable,
-            "-c",
-            textwrap.dedent(_MEMCHECK_SCRIPT),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert result.returncode == 0 and "done" in result.stdout, (
-        result.stdout[-4000:] + result.stderr[-4000:]
-    )
+    run_memcheck("kvcache", _MEMCHECK_SCRIPT)

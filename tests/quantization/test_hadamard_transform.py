@@ -6,13 +6,7 @@ sm_90a build and a compute-sanitizer memcheck run."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import textwrap
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,11 +16,9 @@ from hypothesis import strategies as st
 from kernels_jit.errors import KernelsFallbackWarning
 from kernels_quantization import hadamard_transform, reference
 from kernels_quantization.ops.hadamard_transform import HADAMARD_TRANSFORM
-from shared.testing.builds import compile_group_for_hopper
+from shared.testing.builds import compile_group_for_hopper, run_memcheck
 from shared.testing.compare import assert_close
 from shared.testing.inputs import misaligned, poison, randn, row_strided
-
-ROOT = Path(__file__).resolve().parents[2]
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -294,30 +286,4 @@ print("done")
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_memcheck_every_kernel_path():
-    sanitizer = shutil.which("compute-sanitizer")
-    if sanitizer is None:
-        cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-        candidate = Path(cuda_home) / "bin" / "compute-sanitizer"
-        sanitizer = str(candidate) if candidate.exists() else None
-    if sanitizer is None:
-        pytest.skip("compute-sanitizer not found (CUDA_HOME/bin or PATH)")
-    compile_group_for_hopper("quantization")  # build outside the sanitizer (same cache dir)
-    result = subprocess.run(
-        [
-            sanitizer,
-            "--tool",
-            "memcheck",
-            "--error-exitcode",
-            "3",
-            sys.executable,
-            "-c",
-            textwrap.dedent(_MEMCHECK_SCRIPT),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert result.returncode == 0 and "done" in result.stdout, (
-        result.stdout[-4000:] + result.stderr[-4000:]
-    )
+    run_memcheck("quantization", _MEMCHECK_SCRIPT)
