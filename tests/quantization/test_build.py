@@ -3,18 +3,10 @@ and, on the GPU, every quantization kernel path runs clean under compute-sanitiz
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pytest
 
-from shared.testing.builds import compile_group_for_hopper
+from shared.testing.builds import compile_group_for_hopper, run_memcheck
 
-ROOT = Path(__file__).resolve().parents[2]
 QUANT_MODULES = {
     "per_tensor_quant_fp8_cuda",
     "per_token_group_quant_8bit_cuda",
@@ -50,15 +42,25 @@ def test_compiled_entries_check_arguments_before_the_device():
     with pytest.raises(ValueError, match="per_token_quant_fp8: x is on the wrong device"):
         tok(fp8, torch.empty(4, 1), x)
     with pytest.raises(TypeError, match="per_token_group_quant_8bit: q must have dtype"):
-        grp(torch.empty(4, 64, dtype=torch.float8_e5m2), torch.empty(4, 2), x, 32, 1e-10, 0, 0)
+        grp(
+            torch.empty(4, 64, dtype=torch.float8_e5m2),
+            torch.empty(4, 2),
+            x,
+            32,
+            1e-10,
+            0,
+            0,
+            0,
+            None,
+        )
     with pytest.raises(ValueError, match="group_size must be one of"):
-        grp(fp8, torch.empty(4, 2), x, 48, 1e-10, False, False)
+        grp(fp8, torch.empty(4, 2), x, 48, 1e-10, False, False, False, None)
     with pytest.raises(ValueError, match=r"s must have shape \[\.\.\., 2\]"):
-        grp(fp8, torch.empty(4, 3), x, 32, 1e-10, False, False)
+        grp(fp8, torch.empty(4, 3), x, 32, 1e-10, False, False, False, None)
     with pytest.raises(TypeError, match="s must have dtype int32"):
-        grp(fp8, torch.empty(4, 1), x, 32, 1e-10, True, True)
+        grp(fp8, torch.empty(4, 1), x, 32, 1e-10, True, True, False, None)
     with pytest.raises(ValueError, match="eps must be a finite number > 0"):
-        grp(fp8, torch.empty(4, 2), x, 32, 0.0, False, False)
+        grp(fp8, torch.empty(4, 2), x, 32, 0.0, False, False, False, None)
     with pytest.raises(ValueError, match="per_tensor_quant_fp8: s must hold exactly one"):
         ten(fp8, torch.empty(2), x, False)
     with pytest.raises(ValueError, match="per_tensor_quant_fp8: x is on the wrong device"):
@@ -67,8 +69,9 @@ def test_compiled_entries_check_arguments_before_the_device():
 
 # One call per kernel path: per_token_quant_fp8's register kernels (1/2/4/8 vectors per thread),
 # vector and scalar loop kernels; per_token_group_quant_8bit's vector and scalar kernels in every
-# scale layout, fp8 and int8, 3-D and strided views; per_tensor_quant_fp8's fused block, the
-# memset + sweep + quantize path, static, flat tails, row mode and misaligned views.
+# scale layout, fp8 and int8, 3-D and strided views, fused silu_and_mul, masked rows and the
+# grid-stride loop; per_tensor_quant_fp8's fused block, the memset + sweep + quantize path,
+# static, flat tails, row mode and misaligned views.
 _MEMCHECK_SCRIPT = """
 import torch
 from kernels_quantization import (per_tensor_quant_fp8, per_token_group_quant_8bit,
@@ -97,6 +100,16 @@ for dtype in (torch.bfloat16, torch.float32):
                                            pack_ue8m0=True, backend="cuda")
     x3 = torch.randn(3, 12, 512, device="cuda").to(dtype)[:, :11]
     per_token_group_quant_8bit(x3, 128, column_major_scales=True, backend="cuda")
+    xe = torch.randn(6, 3, 1024, device="cuda").to(dtype)
+    mm = torch.tensor([2, 0, 3, 7, -1, 1], dtype=torch.int32, device="cuda")
+    per_token_group_quant_8bit(xe, 128, fuse_silu_and_mul=True, masked_m=mm, backend="cuda")
+    per_token_group_quant_8bit(xe[:, :, 1:513], 128, fuse_silu_and_mul=True, masked_m=mm,
+                               backend="cuda")
+    per_token_group_quant_8bit(xe, 64, column_major_scales=True, scale_tma_aligned=True,
+                               scale_ue8m0=True, pack_ue8m0=True, masked_m=mm, backend="cuda")
+    # more chunks than one wave of blocks: the grid-stride loop
+    per_token_group_quant_8bit(torch.randn(3000, 4096, device="cuda").to(dtype), 128,
+                               backend="cuda")
     per_tensor_quant_fp8(x3, backend="cuda")
     per_tensor_quant_fp8(torch.randn(70001, device="cuda").to(dtype), backend="cuda")
 torch.cuda.synchronize()
@@ -107,30 +120,4 @@ print("done")
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_memcheck_every_kernel_path():
-    sanitizer = shutil.which("compute-sanitizer")
-    if sanitizer is None:
-        cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-        candidate = Path(cuda_home) / "bin" / "compute-sanitizer"
-        sanitizer = str(candidate) if candidate.exists() else None
-    if sanitizer is None:
-        pytest.skip("compute-sanitizer not found (CUDA_HOME/bin or PATH)")
-    compile_group_for_hopper("quantization")  # build outside the sanitizer (same cache dir)
-    result = subprocess.run(
-        [
-            sanitizer,
-            "--tool",
-            "memcheck",
-            "--error-exitcode",
-            "3",
-            sys.executable,
-            "-c",
-            textwrap.dedent(_MEMCHECK_SCRIPT),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert result.returncode == 0 and "done" in result.stdout, (
-        result.stdout[-4000:] + result.stderr[-4000:]
-    )
+    run_memcheck("quantization", _MEMCHECK_SCRIPT)

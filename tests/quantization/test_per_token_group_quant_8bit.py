@@ -1,6 +1,7 @@
 """quantization.per_token_group_quant_8bit against a float64 oracle: fp8 and int8, every group size,
 every scale layout (row-major, column-major, TMA-aligned with M not a multiple of 4, packed UE8M0),
-3-D inputs, strided input, out_q/out_s, empty input, bad arguments, opcheck, torch.compile."""
+3-D inputs, strided input, out_q/out_s, empty input, bad arguments, opcheck, torch.compile; the
+optional modes fuse_silu_and_mul and masked_m (rows past masked_m untouched) on every backend."""
 
 from __future__ import annotations
 
@@ -210,7 +211,7 @@ def test_opcheck_int8():
     q = torch.empty(7, 128, dtype=torch.int8)
     s = torch.empty(4, 8).t()[:7]
     torch.library.opcheck(
-        PER_TOKEN_GROUP_QUANT_8BIT.torch_op, (q, s, x, 32, 1e-10, False, False, None)
+        PER_TOKEN_GROUP_QUANT_8BIT.torch_op, (q, s, x, 32, 1e-10, False, False, False, None, None)
     )
 
 
@@ -263,7 +264,7 @@ def _run_both(x, group_size, *, dst_dtype=FP8, out_q=None, eps=1e-10, **layout):
     kw = {"dst_dtype": dst_dtype, "eps": eps, **layout}
     q_ref, s_ref = per_token_group_quant_8bit(x, group_size, backend="torch", **kw)
     if out_q is None:
-        out_q = torch.empty(x.shape, dtype=dst_dtype, device=x.device)
+        out_q = torch.empty(q_ref.shape, dtype=dst_dtype, device=x.device)
     out_q.view(torch.uint8).fill_(0x7F)
     s_poison = per_token_group_quant_8bit(x, group_size, backend="torch", **kw)[1]  # same layout
     s_poison.fill_(-12345 if s_poison.dtype == torch.int32 else float("nan"))
@@ -360,3 +361,154 @@ def test_cuda_torch_compile_fullgraph(device):
     q_ref, s_ref = reference.per_token_group_quant_8bit(x * 2, 128, FP8, 1e-10, True)
     _q_equal(q, q_ref)
     assert torch.equal(s, s_ref)
+
+
+# ---------------------------------------------------------------------------------------------
+# Optional modes: fuse_silu_and_mul (x [..., 2K]) and the masked EP layout (x [E, T_pad, K] with
+# masked_m [E]), on every backend.
+
+DEVICES = ("cpu", GPU)
+
+
+def _masked_run(x, group_size, masked_m, backend, **flags):
+    """Run ``backend`` with poisoned q and s; return (q, s) and the poison (as uint8/int32)."""
+    q_shape = (*x.shape[:-1], x.shape[-1] // (2 if flags.get("fuse_silu_and_mul") else 1))
+    dst = flags.pop("dst_dtype", FP8)
+    out_q = torch.empty(q_shape, dtype=dst, device=x.device)
+    out_q.view(torch.uint8).fill_(0x7F)
+    layout = {k: v for k, v in flags.items() if k != "fuse_silu_and_mul"}
+    s_like = per_token_group_quant_8bit(
+        torch.zeros(q_shape, dtype=x.dtype, device=x.device), group_size, backend="torch", **layout
+    )[1]
+    s_like.fill_(-12345 if s_like.dtype == torch.int32 else -7.0)
+    return per_token_group_quant_8bit(
+        x,
+        group_size,
+        dst_dtype=dst,
+        masked_m=masked_m,
+        out_q=out_q,
+        out_s=s_like,
+        backend=backend,
+        **flags,
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", ("row", "tma", "packed"))
+def test_fuse_silu_and_mul_equals_unfused(device, dtype, layout):
+    flags = LAYOUTS[layout]
+    for m, k in ((1, 256), (5, 512), (33, 2048)):
+        x = randn(m, 2 * k, dtype=dtype, device=device, seed=m, scale=3.0)
+        q, s = per_token_group_quant_8bit(x, 128, fuse_silu_and_mul=True, **flags)
+        assert q.shape == (m, k)
+        q_ref, s_ref = per_token_group_quant_8bit(
+            reference.silu_and_mul(x), 128, backend="torch", **flags
+        )
+        _q_equal(q, q_ref)
+        assert torch.equal(s.cpu(), s_ref.cpu())
+        if device != "cpu":
+            _run_both(x, 128, fuse_silu_and_mul=True, **flags)
+            _run_both(x, 64, dst_dtype=torch.int8, fuse_silu_and_mul=True)
+
+
+def test_silu_and_mul_reference_rounds_once():
+    x = randn(4, 64, dtype=torch.bfloat16, seed=1, scale=4.0)
+    x1, x2 = x[:, :32].double(), x[:, 32:].double()
+    exact = x1 / (1 + torch.exp(-x1)) * x2
+    got = reference.silu_and_mul(x)
+    assert got.dtype == torch.bfloat16 and got.shape == (4, 32)
+    # fp32 arithmetic then one bf16 rounding: within one bf16 step of the exact product.
+    torch.testing.assert_close(got.double(), exact, rtol=2**-7, atol=1e-30)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ("row", "tma", "packed"))
+@pytest.mark.parametrize("fused", (False, True))
+def test_masked_rows_untouched(device, layout, fused):
+    flags = {**LAYOUTS[layout], "fuse_silu_and_mul": fused}
+    e, t_pad, k = 5, 13, 384
+    x = randn(e, t_pad, k * (2 if fused else 1), dtype=torch.bfloat16, device=device, seed=7)
+    masked_m = torch.tensor([3, 0, 13, 40, -2], dtype=torch.int32, device=device)
+    q, s = _masked_run(x, 128, masked_m, None, **flags)
+    q_all, s_all = per_token_group_quant_8bit(x, 128, backend="torch", **flags)
+    live = (torch.arange(t_pad).unsqueeze(0) < masked_m.cpu().clamp(min=0).unsqueeze(1)).tolist()
+    for ei in range(e):
+        for t in range(t_pad):
+            if live[ei][t]:
+                _q_equal(q[ei, t], q_all[ei, t])
+                assert torch.equal(s[ei, t].cpu(), s_all[ei, t].cpu())
+            else:
+                assert (q[ei, t].view(torch.uint8) == 0x7F).all()
+                poison = -12345 if s.dtype == torch.int32 else -7.0
+                assert (s[ei, t] == poison).all()
+    if device != "cpu":  # the CUDA backend against the torch backend, both poisoned alike
+        q_t, s_t = _masked_run(x, 128, masked_m, "torch", **flags)
+        q_c, s_c = _masked_run(x, 128, masked_m, "cuda", **flags)
+        assert torch.equal(q_c.view(torch.uint8).cpu(), q_t.view(torch.uint8).cpu())
+        assert torch.equal(s_c.cpu(), s_t.cpu())
+
+
+@pytest.mark.parametrize("device", (GPU,))
+def test_masked_graph_capture_reads_counts_on_device(device):
+    e, t_pad, k = 8, 64, 7168
+    x = randn(e, t_pad, k, dtype=torch.bfloat16, device=device, seed=3)
+    masked_m = torch.tensor([1, 5, 0, 64, 9, 2, 33, 7], dtype=torch.int32, device=device)
+    q = torch.zeros(e, t_pad, k, dtype=FP8, device=device)
+    s = torch.zeros(e, t_pad, k // 128, device=device)
+    per_token_group_quant_8bit(x, 128, masked_m=masked_m, out_q=q, out_s=s)  # warm up
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        per_token_group_quant_8bit(x, 128, masked_m=masked_m, out_q=q, out_s=s)
+    q.zero_()
+    s.zero_()
+    masked_m.copy_(torch.tensor([2, 0, 64, 3, 0, 1, 10, 64], dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()
+    q_ref, s_ref = _masked_run(x, 128, masked_m, "torch")
+    live = reference.masked_rows(masked_m, t_pad).unsqueeze(-1)
+    assert torch.equal(s, torch.where(live, s_ref, torch.zeros_like(s)))
+    q_ref = torch.where(live, q_ref.view(torch.uint8), torch.zeros_like(q_ref.view(torch.uint8)))
+    assert torch.equal(q.view(torch.uint8), q_ref)
+
+
+def test_optional_modes_bad_arguments():
+    op = "per_token_group_quant_8bit"
+    x3 = torch.randn(2, 4, 256)
+    with pytest.raises(ValueError, match=rf"{op}: fuse_silu_and_mul=True needs .*even last dim"):
+        per_token_group_quant_8bit(torch.randn(4, 257), 128, fuse_silu_and_mul=True)
+    with pytest.raises(ValueError, match=r"half the last dim of x \(192\) must be a multiple"):
+        per_token_group_quant_8bit(torch.randn(4, 384), 128, fuse_silu_and_mul=True)
+    with pytest.raises(ValueError, match=r"out_q must have shape \(4, 128\)"):
+        per_token_group_quant_8bit(
+            torch.randn(4, 256), 128, fuse_silu_and_mul=True, out_q=torch.empty(4, 256, dtype=FP8)
+        )
+    with pytest.raises(TypeError, match="masked_m must have dtype torch.int32"):
+        per_token_group_quant_8bit(x3, 128, masked_m=torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"masked_m must have shape \[E\] = \(2,\)"):
+        per_token_group_quant_8bit(x3, 128, masked_m=torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"masked_m needs x of shape \[E, T_pad, K\]"):
+        per_token_group_quant_8bit(x3[0], 128, masked_m=torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(TypeError, match="masked_m must be a torch.Tensor or None"):
+        per_token_group_quant_8bit(x3, 128, masked_m=[1, 2])
+
+
+def test_opcheck_int8_optional_modes():
+    from kernels_quantization.ops.per_token_group_quant_8bit import PER_TOKEN_GROUP_QUANT_8BIT
+
+    x = randn(3, 4, 256, dtype=torch.bfloat16)
+    q = torch.zeros(3, 4, 128, dtype=torch.int8)
+    s = torch.zeros(3, 4, 4)
+    masked_m = torch.tensor([1, 4, 0], dtype=torch.int32)
+    torch.library.opcheck(
+        PER_TOKEN_GROUP_QUANT_8BIT.torch_op,
+        (q, s, x, 32, 1e-10, False, False, True, masked_m, None),
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_optional_modes_empty(device):
+    x = torch.empty(2, 0, 512, dtype=torch.bfloat16, device=device)
+    m = torch.zeros(2, dtype=torch.int32, device=device)
+    q, s = per_token_group_quant_8bit(x, 128, fuse_silu_and_mul=True, masked_m=m)
+    assert q.shape == (2, 0, 256) and s.shape == (2, 0, 2)

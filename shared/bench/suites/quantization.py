@@ -197,6 +197,120 @@ def per_token_group_quant_8bit_cases(quick: bool) -> Iterator[Case]:
             )
 
 
+# The optional modes (OPS.md: fuse_silu_and_mul, the masked EP layout), row-major scales.
+FUSED_SHAPE = (8192, 2048)  # T, K: x is [T, 2K]
+MASKED_SHAPE = (8, 1024, HIDDEN)  # E, T_pad, K
+# Live rows per expert (4584 of 8192): full, partial and empty experts.
+MASKED_M = (1024, 768, 512, 256, 1024, 900, 100, 0)
+
+
+def _sgl_v2():
+    """sglang-kernel's unified op (fuse_silu_and_mul, masked_m), where this build has it."""
+    sgl = sglang()
+    return None if sgl is None else getattr(sgl, "sgl_per_token_group_quant_8bit_v2", None)
+
+
+def per_token_group_quant_8bit_fused_cases(quick: bool) -> Iterator[Case]:
+    v2 = _sgl_v2()
+    tokens, k = FUSED_SHAPE
+    groups = k // GROUP
+
+    def make():
+        return {
+            "x": torch.randn(tokens, 2 * k, device="cuda").to(DTYPE),
+            "q": torch.empty(tokens, k, device="cuda", dtype=FP8),
+            "s": torch.empty(tokens, groups, device="cuda"),
+        }
+
+    def ref(x):
+        return reference.per_token_group_quant_8bit(x, GROUP, FP8, EPS, False, True)
+
+    impls = {
+        "cuda": lambda s: quantization.per_token_group_quant_8bit(
+            s["x"], GROUP, fuse_silu_and_mul=True, out_q=s["q"], out_s=s["s"], backend="cuda"
+        ),
+        "torch_eager": lambda s: ref(s["x"]),
+        "torch_compile": torch_compile(ref, [tokens, 2 * k], lambda f, s: f(s["x"])),
+    }
+    if v2 is not None:
+        impls["sglang"] = _checked(
+            lambda s, op=v2: op(
+                s["x"], s["q"], s["s"], GROUP, EPS, -448.0, 448.0, False, True, None
+            ),
+            lambda s: ref(s["x"]),
+            lambda s, _: (s["q"], s["s"]),
+        )
+    yield Case(
+        op="per_token_group_quant_8bit_fused_silu",
+        shape=[tokens, 2 * k],
+        dtype=DTYPE,
+        # read x [T, 2K] bf16, write q [T, K] fp8 and s [T, K / 128] fp32
+        bytes=tokens * 2 * k * DTYPE.itemsize + tokens * k + tokens * groups * 4,
+        make_inputs=make,
+        impls=impls,
+        note=f"group {GROUP}, e4m3, row scales, quantize silu(x1) * x2",
+    )
+
+
+def _masked_ref(x: torch.Tensor, masked_m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference over every row, dead rows (t >= masked_m[e]) zeroed: what the check and
+    torch_compile compare (the op leaves them untouched)."""
+    q, s = reference.per_token_group_quant_8bit(x, GROUP, FP8, EPS, False)
+    live = reference.masked_rows(masked_m, x.shape[1]).unsqueeze(-1)
+    zero_q = torch.zeros((), dtype=torch.uint8, device=x.device)
+    q = torch.where(live, q.view(torch.uint8), zero_q).view(FP8)
+    return q, torch.where(live, s, torch.zeros((), device=x.device))
+
+
+def per_token_group_quant_8bit_masked_cases(quick: bool) -> Iterator[Case]:
+    v2 = _sgl_v2()
+    experts, t_pad, k = MASKED_SHAPE
+    groups = k // GROUP
+    live_rows = sum(min(m, t_pad) for m in MASKED_M)
+
+    def make():
+        return {
+            "x": torch.randn(experts, t_pad, k, device="cuda").to(DTYPE),
+            "q": torch.zeros(experts, t_pad, k, device="cuda", dtype=FP8),
+            "s": torch.zeros(experts, t_pad, groups, device="cuda"),
+            "m": torch.tensor(MASKED_M, dtype=torch.int32, device="cuda"),
+        }
+
+    def expected(s):
+        return _masked_ref(s["x"], s["m"])
+
+    def outputs(s, _):
+        return s["q"], s["s"]  # dead rows stay zero (make() zeroes them)
+
+    impls = {
+        "cuda": lambda s: quantization.per_token_group_quant_8bit(
+            s["x"], GROUP, masked_m=s["m"], out_q=s["q"], out_s=s["s"], backend="cuda"
+        ),
+        "torch_eager": lambda s: _masked_ref(s["x"], s["m"]),
+        "torch_compile": torch_compile(
+            _masked_ref, [experts, t_pad, k], lambda f, s: f(s["x"], s["m"])
+        ),
+    }
+    if v2 is not None:
+        impls["sglang"] = _checked(
+            lambda s, op=v2: op(
+                s["x"], s["q"], s["s"], GROUP, EPS, -448.0, 448.0, False, False, s["m"]
+            ),
+            expected,
+            outputs,
+        )
+    yield Case(
+        op="per_token_group_quant_8bit_masked",
+        shape=[experts, t_pad, k],
+        dtype=DTYPE,
+        # the live rows only: read x bf16, write q fp8 and s fp32
+        bytes=live_rows * (k * (DTYPE.itemsize + 1) + groups * 4),
+        make_inputs=make,
+        impls=impls,
+        note=f"group {GROUP}, e4m3, row scales, masked_m {list(MASKED_M)} ({live_rows} live rows)",
+    )
+
+
 # --- per_tensor_quant_fp8 ------------------------------------------------------------------------
 
 
@@ -283,5 +397,7 @@ def per_tensor_quant_fp8_cases(quick: bool) -> Iterator[Case]:
 def cases(quick: bool) -> Iterator[Case]:
     yield from per_token_quant_fp8_cases(quick)
     yield from per_token_group_quant_8bit_cases(quick)
+    yield from per_token_group_quant_8bit_fused_cases(quick)
+    yield from per_token_group_quant_8bit_masked_cases(quick)
     yield from per_tensor_quant_fp8_cases(quick)
     yield from hadamard_cases(quick)

@@ -85,13 +85,17 @@ def per_token_group_quant_8bit(
     dst_dtype: torch.dtype = FP8_DTYPE,
     eps: float = DEFAULT_EPS,
     scale_ue8m0: bool = False,
+    fuse_silu_and_mul: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize groups of ``group_size`` consecutive elements of the last dim of x [..., K].
+    """Quantize groups of ``group_size`` consecutive elements of the last dim of x [..., K]
+    (``fuse_silu_and_mul``: of ``silu_and_mul(x)`` for x [..., 2K], see below).
 
     Per group: ``a = max(eps, max|x|)``, ``s = a / qmax`` (448 for fp8, 127 for int8), rounded up
     to a power of two when ``scale_ue8m0``; ``q = cvt(x / s)``. Returns q (the shape of x,
     ``dst_dtype``) and row-major fp32 scales s [..., K // group_size].
     """
+    if fuse_silu_and_mul:
+        x = silu_and_mul(x)
     qmax = FP8_MAX if dst_dtype == FP8_DTYPE else INT8_MAX
     *lead, k = x.shape
     groups = k // group_size
@@ -105,6 +109,21 @@ def per_token_group_quant_8bit(
         s = ue8m0_round_up(s)
     q = quantize(xf / s.unsqueeze(-1), dst_dtype).reshape(x.shape)
     return q, s
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """``silu(x1) * x2`` for x [..., 2K] (x1 = x[..., :K], x2 = x[..., K:]), computed in fp32
+    (silu as torch's: x1 / (1 + exp(-x1))) and rounded once to x's dtype: the output of an unfused
+    silu_and_mul, which per_token_group_quant_8bit(fuse_silu_and_mul=True) then quantizes."""
+    k = x.shape[-1] // 2
+    x1, x2 = x[..., :k].float(), x[..., k:].float()
+    return (torch.nn.functional.silu(x1) * x2).to(x.dtype)
+
+
+def masked_rows(masked_m: torch.Tensor, t_pad: int) -> torch.Tensor:
+    """bool [E, T_pad]: row t of expert e is live when t < masked_m[e] (no host sync)."""
+    t = torch.arange(t_pad, device=masked_m.device)
+    return t.unsqueeze(0) < masked_m.to(torch.int64).unsqueeze(1)
 
 
 def pack_ue8m0(s: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,10 @@ Scale layouts (s is always indexed ``s[..., m, g]``; M = ``x.shape[-2]`` rows, G
   s = its transpose ``[..., :M, :]``; byte i of word j is the biased exponent of group 4j + i.
 
 The op writes s through whatever strides the view has, so one backend signature covers all four.
+
+Optional modes (OPS.md, SGL's unified kernel): ``fuse_silu_and_mul`` (x [..., 2K]: q and s of
+``reference.silu_and_mul(x)``, fp32 math rounded to x's dtype) and ``masked_m`` (int32 [E] for
+x [E, T_pad, K]: rows t >= masked_m[e] of q and s are left untouched, no host sync).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ PER_TOKEN_GROUP_QUANT_8BIT_CUDA = ModuleSpec(
     package="kernels_quantization",
     sources=("csrc/per_token_group_quant_8bit.cuh",),
     exports=(("per_token_group_quant_8bit", "per_token_group_quant_8bit"),),
-    description="CUDA: a lane team per 4 groups, 16-byte loads, every scale layout in one kernel",
+    description="CUDA: lane teams per group chunk, 16-byte loads, every scale layout, fused "
+    "silu_and_mul and masked EP rows in one kernel",
 )
 
 _per_token_group_quant_8bit_cuda = CompiledFunction(
@@ -50,10 +55,24 @@ def _per_token_group_quant_8bit_torch(
     eps: float,
     scale_ue8m0: bool,
     pack_ue8m0: bool,
+    fuse_silu_and_mul: bool,
+    masked_m: torch.Tensor | None,
 ) -> None:
-    q_ref, s_ref = reference.per_token_group_quant_8bit(x, group_size, q.dtype, eps, scale_ue8m0)
-    q.copy_(q_ref)
-    s.copy_(reference.pack_ue8m0(s_ref) if pack_ue8m0 else s_ref)
+    q_ref, s_ref = reference.per_token_group_quant_8bit(
+        x, group_size, q.dtype, eps, scale_ue8m0, fuse_silu_and_mul
+    )
+    if pack_ue8m0:
+        s_ref = reference.pack_ue8m0(s_ref)
+    if masked_m is None:
+        q.copy_(q_ref)
+        s.copy_(s_ref)
+        return
+    # Rows t >= masked_m[e] keep their contents (a device-side select: no host sync).
+    # (q as bytes: torch.where need not support the fp8 dtypes on every device.)
+    live = reference.masked_rows(masked_m, x.shape[1]).unsqueeze(-1)
+    q_bytes = q.view(torch.uint8)
+    q_bytes.copy_(torch.where(live, q_ref.view(torch.uint8), q_bytes))
+    s.copy_(torch.where(live, s_ref, s))
 
 
 def _row_levels(*tensors: torch.Tensor) -> int:
@@ -79,6 +98,8 @@ def _per_token_group_quant_8bit_cuda_eligible(
     eps: float,
     scale_ue8m0: bool,
     pack_ue8m0: bool,
+    fuse_silu_and_mul: bool,
+    masked_m: torch.Tensor | None,
 ) -> str | None:
     """The kernel indexes rows through at most two levels of leading dims."""
     if x.dim() > 3 and _row_levels(x, q, s) > 2:
@@ -117,14 +138,41 @@ def _check_options(
     scale_tma_aligned: bool,
     scale_ue8m0: bool,
     pack_ue8m0: bool,
+    fuse_silu_and_mul: bool,
+    masked_m: torch.Tensor | None,
 ) -> None:
     if type(group_size) is not int or group_size not in GROUP_SIZES:
         raise ValueError(f"{OP_ID}: group_size must be one of {GROUP_SIZES}, got {group_size!r}")
-    if x.shape[-1] % group_size:
+    if fuse_silu_and_mul and x.shape[-1] % 2:
         raise ValueError(
-            f"{OP_ID}: the last dim of x ({x.shape[-1]}) must be a multiple of group_size "
+            f"{OP_ID}: fuse_silu_and_mul=True needs x [..., 2K] with an even last dim, got shape "
+            f"{tuple(x.shape)}"
+        )
+    k = x.shape[-1] // 2 if fuse_silu_and_mul else x.shape[-1]
+    if k % group_size:
+        what = "half the last dim of x" if fuse_silu_and_mul else "the last dim of x"
+        raise ValueError(
+            f"{OP_ID}: {what} ({k}) must be a multiple of group_size "
             f"({group_size}); x has shape {tuple(x.shape)}"
         )
+    if masked_m is not None:
+        if not isinstance(masked_m, torch.Tensor):
+            raise TypeError(f"{OP_ID}: masked_m must be a torch.Tensor or None, got {masked_m!r}")
+        if x.dim() != 3:
+            raise ValueError(
+                f"{OP_ID}: masked_m needs x of shape [E, T_pad, K], got shape {tuple(x.shape)}"
+            )
+        if masked_m.dtype != torch.int32:
+            raise TypeError(f"{OP_ID}: masked_m must have dtype torch.int32, got {masked_m.dtype}")
+        if masked_m.shape != (x.shape[0],):
+            raise ValueError(
+                f"{OP_ID}: masked_m must have shape [E] = ({x.shape[0]},) (one row count per "
+                f"expert of x), got {tuple(masked_m.shape)}"
+            )
+        if masked_m.device != x.device:
+            raise ValueError(
+                f"{OP_ID}: masked_m must be on x's device {x.device}, got {masked_m.device}"
+            )
     if dst_dtype not in DST_DTYPES:
         raise TypeError(
             f"{OP_ID}: dst_dtype must be torch.float8_e4m3fn or torch.int8, got {dst_dtype}"
@@ -156,6 +204,8 @@ def per_token_group_quant_8bit(
     scale_tma_aligned: bool = False,
     scale_ue8m0: bool = False,
     pack_ue8m0: bool = False,
+    fuse_silu_and_mul: bool = False,
+    masked_m: torch.Tensor | None = None,
     out_q: torch.Tensor | None = None,
     out_s: torch.Tensor | None = None,
     backend: str | None = None,
@@ -172,6 +222,11 @@ def per_token_group_quant_8bit(
     eps : floor of each group's absmax (> 0).
     column_major_scales, scale_tma_aligned, pack_ue8m0 : the scale layout (module docstring).
     scale_ue8m0 : round every scale up to a power of two (bit-exact, from the fp32 bits).
+    fuse_silu_and_mul : x is [..., 2K]; quantize ``silu(x[..., :K]) * x[..., K:]``, computed in
+        fp32 and rounded to x's dtype first (``reference.silu_and_mul``: an unfused
+        silu_and_mul followed by this op gives the same bits). q and s then have K columns.
+    masked_m : optional int32 [E] on x's device for the masked EP layout x [E, T_pad, K]: rows
+        t >= masked_m[e] of q and s are left untouched (read on the device: no host sync).
     out_q : optional destination for q, the shape of x, ``dst_dtype``.
     out_s : optional destination for s, shape ``[..., M, G]`` (packed: ``[..., M, ceil(G/4)]``),
         fp32 (packed: int32), with M as the stride-1 dim for column-major layouts.
@@ -193,12 +248,15 @@ def per_token_group_quant_8bit(
         scale_tma_aligned,
         scale_ue8m0,
         pack_ue8m0,
+        fuse_silu_and_mul,
+        masked_m,
     )
-    groups = x.shape[-1] // group_size
+    q_shape = (*x.shape[:-1], x.shape[-1] // 2 if fuse_silu_and_mul else x.shape[-1])
+    groups = q_shape[-1] // group_size
     if out_q is None:
-        out_q = torch.empty(x.shape, dtype=dst_dtype, device=x.device)
+        out_q = torch.empty(q_shape, dtype=dst_dtype, device=x.device)
     else:
-        check_out(OP_ID, out_q, like=x, dtype=dst_dtype, arg="out_q")
+        check_out(OP_ID, out_q, like=x, shape=q_shape, dtype=dst_dtype, arg="out_q")
     if out_s is None:
         out_s = _scale_view(x, groups, column_major_scales, scale_tma_aligned, pack_ue8m0)
     else:
@@ -230,6 +288,8 @@ def per_token_group_quant_8bit(
             float(eps),
             bool(scale_ue8m0),
             bool(pack_ue8m0),
+            bool(fuse_silu_and_mul),
+            masked_m,
             backend=backend,
         )
     return out_q, out_s
@@ -249,4 +309,8 @@ def _per_token_group_quant_8bit_samples(device: torch.device) -> list[tuple[tupl
     ue8m0 = {"column_major_scales": True, "scale_tma_aligned": True, "scale_ue8m0": True}
     cases.append(((x, 32), ue8m0))
     cases.append(((x, 32), {**ue8m0, "pack_ue8m0": True}))
+    x = torch.randn(3, 4, 512, generator=g).to(torch.bfloat16).to(device)
+    cases.append(((x, 128), {"fuse_silu_and_mul": True}))
+    masked_m = torch.tensor([4, 0, 2], dtype=torch.int32).to(device)
+    cases.append(((x, 128), {"masked_m": masked_m}))
     return cases
