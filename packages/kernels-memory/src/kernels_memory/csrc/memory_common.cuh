@@ -4,6 +4,9 @@
 // host check every entry makes of an index vector.
 #pragma once
 
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
 #include <kernels/checks.h>
 #include <kernels/dtype.h>
 #include <kernels/tensor.h>

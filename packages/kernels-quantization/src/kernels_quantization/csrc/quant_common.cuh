@@ -10,6 +10,9 @@
 //     fp32, 1 on the scalar path).
 #pragma once
 
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
 #include <cuda_fp8.h>
 
 #include <kernels/vec.cuh>
