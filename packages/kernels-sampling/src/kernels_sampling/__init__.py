@@ -16,21 +16,25 @@ OPS = register_group(
     op(
         "top_k_renorm_probs",
         "keep each row's top-k probabilities (ties together), renormalise",
+        "cuda",
         dtypes=FLOATS,
     ),
     op(
         "top_p_renorm_probs",
         "keep tokens whose strictly-greater mass is < top_p, renormalise",
+        "cuda",
         dtypes=FLOATS,
     ),
     op(
         "min_p_renorm_probs",
         "keep tokens with p >= min_p * max(p), renormalise",
+        "cuda",
         dtypes=FLOATS,
     ),
     op(
         "top_k_mask_logits",
         "set logits outside each row's top-k values to -inf",
+        "cuda",
         dtypes=FLOATS,
     ),
     op(

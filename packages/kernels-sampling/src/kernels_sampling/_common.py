@@ -6,11 +6,38 @@ import math
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.rng import seed_offset  # noqa: F401  (re-exported for the sampling ops)
 from kernels_jit.validation import check_tensor
 
 PROB_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
+
+# One module for the four filtering ops (csrc/filters.cuh): a CTA of 1024 threads per row,
+# 16-byte packs, radix threshold search on the fp32 bits for top-k / top-p.
+FILTERS_CUDA = ModuleSpec(
+    name="filters",
+    package="kernels_sampling",
+    sources=("csrc/filters.cuh",),
+    exports=(
+        ("min_p_renorm_probs", "min_p_renorm_probs"),
+        ("top_k_renorm_probs", "top_k_renorm_probs"),
+        ("top_p_renorm_probs", "top_p_renorm_probs"),
+        ("top_k_mask_logits", "top_k_mask_logits"),
+    ),
+    description="CUDA: top-k/top-p/min-p filters, a CTA per row, radix threshold search",
+)
+# The CUDA kernels count a row's entries in int32 and index rows with gridDim.x.
+CUDA_MAX_DIM = 2**31 - 1
+
+
+def filters_cuda_eligible(x: torch.Tensor, param: torch.Tensor | None) -> str | None:
+    """Why the filtering kernels cannot take ``x`` [B, V] and the per-row ``param``, or None."""
+    if x.shape[0] > CUDA_MAX_DIM or x.shape[1] > CUDA_MAX_DIM:
+        return "needs B and V < 2^31"
+    if param is not None and not param.is_contiguous():
+        return "needs a contiguous per-row parameter tensor"
+    return None
 
 
 def check_rows(op: str, arg: str, t: object, dtypes=PROB_DTYPES) -> None:

@@ -1,6 +1,8 @@
 """sampling.min_p_renorm_probs: keep the tokens with ``p >= min_p * max(p)``, renormalise.
 
-The only backend for now is the pure-torch reference (fp32, sort based).
+CUDA (csrc/filters.cuh): a CTA of 1024 threads per row; a max pass, a kept-sum pass and the
+write pass, 16-byte packs.
+The pure-torch reference (fp32, sort based) is the fallback.
 """
 
 from __future__ import annotations
@@ -8,8 +10,16 @@ from __future__ import annotations
 import torch
 
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_sampling import reference
-from kernels_sampling._common import check_min_p_scalar, check_nan_flag, check_rows, row_param
+from kernels_sampling._common import (
+    FILTERS_CUDA,
+    check_min_p_scalar,
+    check_nan_flag,
+    check_rows,
+    filters_cuda_eligible,
+    row_param,
+)
 
 OP_ID = "sampling.min_p_renorm_probs"
 
@@ -18,6 +28,15 @@ def _min_p_renorm_probs_torch(
     out: torch.Tensor, probs: torch.Tensor, min_p_arr: torch.Tensor | None, min_p_val: float
 ) -> None:
     out.copy_(reference.min_p_renorm_probs(probs, min_p_val if min_p_arr is None else min_p_arr))
+
+
+_min_p_renorm_probs_cuda = CompiledFunction(FILTERS_CUDA, "min_p_renorm_probs")
+
+
+def _min_p_renorm_probs_cuda_eligible(
+    out: torch.Tensor, probs: torch.Tensor, min_p_arr: torch.Tensor | None, min_p_val: float
+) -> str | None:
+    return filters_cuda_eligible(probs, min_p_arr)
 
 
 MIN_P_RENORM_PROBS = Op(_min_p_renorm_probs_torch, mutates=("out",), device="probs")
@@ -67,4 +86,5 @@ def _min_p_renorm_probs_samples(device: torch.device) -> list[tuple[tuple, dict]
         ((probs.to(device), 0.1), {}),
         ((probs.to(device), mps.to(device)), {}),
         ((probs.to(device=device, dtype=torch.bfloat16), 0.2), {}),
+        ((probs.to(device=device, dtype=torch.float16), 0.05), {}),
     ]

@@ -1,6 +1,9 @@
 """sampling.top_k_mask_logits: set every logit outside the row's top-k values to -inf.
 
-The only backend for now is the pure-torch reference (fp32, sort based).
+CUDA (csrc/filters.cuh): a CTA of 1024 threads per row; the k-th largest value by a radix select
+over an order-preserving key of the fp32 bits (NaN largest, like torch.sort), then the write
+pass.
+The pure-torch reference (fp32, sort based) is the fallback.
 """
 
 from __future__ import annotations
@@ -8,8 +11,9 @@ from __future__ import annotations
 import torch
 
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_sampling import reference
-from kernels_sampling._common import check_rows, row_param
+from kernels_sampling._common import FILTERS_CUDA, check_rows, filters_cuda_eligible, row_param
 
 OP_ID = "sampling.top_k_mask_logits"
 
@@ -18,6 +22,15 @@ def _top_k_mask_logits_torch(
     out: torch.Tensor, logits: torch.Tensor, top_k_arr: torch.Tensor | None, top_k_val: int
 ) -> None:
     out.copy_(reference.top_k_mask_logits(logits, top_k_val if top_k_arr is None else top_k_arr))
+
+
+_top_k_mask_logits_cuda = CompiledFunction(FILTERS_CUDA, "top_k_mask_logits")
+
+
+def _top_k_mask_logits_cuda_eligible(
+    out: torch.Tensor, logits: torch.Tensor, top_k_arr: torch.Tensor | None, top_k_val: int
+) -> str | None:
+    return filters_cuda_eligible(logits, top_k_arr)
 
 
 TOP_K_MASK_LOGITS = Op(_top_k_mask_logits_torch, mutates=("out",), device="logits")
@@ -51,4 +64,5 @@ def _top_k_mask_logits_samples(device: torch.device) -> list[tuple[tuple, dict]]
         ((logits.to(device), 10), {}),
         ((logits.to(device), ks.to(device)), {}),
         ((logits.to(device=device, dtype=torch.float16), 50), {}),
+        ((logits.to(device=device, dtype=torch.bfloat16), 7), {}),
     ]

@@ -1,6 +1,9 @@
 """sampling.top_k_renorm_probs: keep each row's top-k values (ties kept together), renormalise.
 
-The only backend for now is the pure-torch reference (fp32, sort based).
+CUDA (csrc/filters.cuh): a CTA of 1024 threads per row; the k-th largest value by a radix select
+(3 passes of 11/11/10 bits over the fp32 bits, shared-memory histograms; the last pass also
+gives the exact kept sum), then the write pass. Sorting-free.
+The pure-torch reference (fp32, sort based) is the fallback.
 """
 
 from __future__ import annotations
@@ -8,8 +11,15 @@ from __future__ import annotations
 import torch
 
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_sampling import reference
-from kernels_sampling._common import check_nan_flag, check_rows, row_param
+from kernels_sampling._common import (
+    FILTERS_CUDA,
+    check_nan_flag,
+    check_rows,
+    filters_cuda_eligible,
+    row_param,
+)
 
 OP_ID = "sampling.top_k_renorm_probs"
 
@@ -18,6 +28,15 @@ def _top_k_renorm_probs_torch(
     out: torch.Tensor, probs: torch.Tensor, top_k_arr: torch.Tensor | None, top_k_val: int
 ) -> None:
     out.copy_(reference.top_k_renorm_probs(probs, top_k_val if top_k_arr is None else top_k_arr))
+
+
+_top_k_renorm_probs_cuda = CompiledFunction(FILTERS_CUDA, "top_k_renorm_probs")
+
+
+def _top_k_renorm_probs_cuda_eligible(
+    out: torch.Tensor, probs: torch.Tensor, top_k_arr: torch.Tensor | None, top_k_val: int
+) -> str | None:
+    return filters_cuda_eligible(probs, top_k_arr)
 
 
 TOP_K_RENORM_PROBS = Op(_top_k_renorm_probs_torch, mutates=("out",), device="probs")
@@ -66,4 +85,5 @@ def _top_k_renorm_probs_samples(device: torch.device) -> list[tuple[tuple, dict]
         ((probs.to(device), 20), {}),
         ((probs.to(device), ks.to(device)), {}),
         ((probs.to(device=device, dtype=torch.bfloat16), 3), {}),
+        ((probs.to(device=device, dtype=torch.float16), 9), {}),
     ]

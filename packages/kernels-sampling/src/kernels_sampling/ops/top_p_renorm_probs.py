@@ -1,6 +1,9 @@
 """sampling.top_p_renorm_probs: keep the tokens whose strictly-greater mass is below top_p.
 
-The only backend for now is the pure-torch reference (fp32, sort based).
+CUDA (csrc/filters.cuh): a CTA of 1024 threads per row; the threshold value by radix passes
+that accumulate mass per bin (the lowest bin whose strictly-greater mass < top_p), then the
+write pass. Sorting-free.
+The pure-torch reference (fp32, sort based) is the fallback.
 """
 
 from __future__ import annotations
@@ -8,8 +11,16 @@ from __future__ import annotations
 import torch
 
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_sampling import reference
-from kernels_sampling._common import check_nan_flag, check_rows, check_top_p_scalar, row_param
+from kernels_sampling._common import (
+    FILTERS_CUDA,
+    check_nan_flag,
+    check_rows,
+    check_top_p_scalar,
+    filters_cuda_eligible,
+    row_param,
+)
 
 OP_ID = "sampling.top_p_renorm_probs"
 
@@ -18,6 +29,15 @@ def _top_p_renorm_probs_torch(
     out: torch.Tensor, probs: torch.Tensor, top_p_arr: torch.Tensor | None, top_p_val: float
 ) -> None:
     out.copy_(reference.top_p_renorm_probs(probs, top_p_val if top_p_arr is None else top_p_arr))
+
+
+_top_p_renorm_probs_cuda = CompiledFunction(FILTERS_CUDA, "top_p_renorm_probs")
+
+
+def _top_p_renorm_probs_cuda_eligible(
+    out: torch.Tensor, probs: torch.Tensor, top_p_arr: torch.Tensor | None, top_p_val: float
+) -> str | None:
+    return filters_cuda_eligible(probs, top_p_arr)
 
 
 TOP_P_RENORM_PROBS = Op(_top_p_renorm_probs_torch, mutates=("out",), device="probs")
@@ -66,4 +86,5 @@ def _top_p_renorm_probs_samples(device: torch.device) -> list[tuple[tuple, dict]
         ((probs.to(device), 0.9), {}),
         ((probs.to(device), ps.to(device)), {}),
         ((probs.to(device=device, dtype=torch.float16), 0.5), {}),
+        ((probs.to(device=device, dtype=torch.bfloat16), 0.8), {}),
     ]

@@ -1,0 +1,82 @@
+"""Benchmarks of the sampling group's filtering ops: our CUDA kernels (csrc/filters.cuh) against
+torch eager (the sort-based reference), torch.compile of the reference, and sglang-kernel 0.4.5's
+FlashInfer-derived kernels (top_k_renorm_probs, top_p_renorm_probs, top_k_mask_logits).
+
+Shapes: [B, V] with V = 128256 (Llama-3 vocabulary) fp32, B in 1..512; k = 50, p = 0.9,
+min_p = 0.05; probabilities are the softmax of randn * 3 logits. ``bytes`` is the minimum traffic
+(read the row once, write it once: 2 * B * V * 4), so the "% of copy" column reads directly;
+our kernels read the row 3-4 times (L2 absorbs part of it) and write it once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+import kernels_sampling as sampling  # the public ops, resolved lazily by the group
+from kernels_sampling import reference
+from shared.bench.harness import Case
+from shared.bench.peers import Checked, sglang, torch_compile
+
+DTYPE = torch.float32
+VOCAB = 128256
+BATCHES = (1, 16, 64, 128, 512)
+QUICK_BATCHES = (1, 128)
+TOP_K, TOP_P, MIN_P = 50, 0.9, 0.05
+
+
+def _make(batch: int, *, logits: bool = False):
+    def make():
+        x = torch.randn(batch, VOCAB, device="cuda") * 3
+        if not logits:
+            x = x.softmax(dim=1)
+        return {"x": x, "out": torch.empty_like(x)}
+
+    return make
+
+
+def _case(name: str, batch: int, impls: dict, note: str = "", logits: bool = False) -> Case:
+    return Case(
+        op=name,
+        shape=[batch, VOCAB],
+        dtype=DTYPE,
+        bytes=2 * batch * VOCAB * DTYPE.itemsize,  # read the row once, write it once
+        make_inputs=_make(batch, logits=logits),
+        impls=impls,
+        note=note,
+    )
+
+
+def _sgl_peer(sgl, name: str, value, ref):
+    """sgl_kernel.<name>(probs, out, maybe_arr=None, val) -> () (sgl-kernel common_extension.cc)."""
+    fn = getattr(sgl, name)
+    return Checked(
+        lambda s: fn(s["x"], s["out"], None, value),
+        expected=lambda s: ref(s["x"], value),
+        outputs=lambda s, _: s["out"],
+    )
+
+
+def cases(quick: bool) -> Iterator[Case]:
+    sgl = sglang()
+    batches = QUICK_BATCHES if quick else BATCHES
+    specs = (
+        ("top_k_renorm_probs", TOP_K, reference.top_k_renorm_probs, False),
+        ("top_p_renorm_probs", TOP_P, reference.top_p_renorm_probs, False),
+        ("min_p_renorm_probs", MIN_P, reference.min_p_renorm_probs, False),
+        ("top_k_mask_logits", TOP_K, reference.top_k_mask_logits, True),
+    )
+    for name, value, ref, logits in specs:
+        op = getattr(sampling, name)
+        for batch in batches:
+            impls = {
+                "cuda": lambda s, op=op, value=value: op(s["x"], value, backend="cuda"),
+                "torch_eager": lambda s, ref=ref, value=value: ref(s["x"], value),
+                "torch_compile": torch_compile(
+                    ref, [batch, VOCAB], lambda f, s, value=value: f(s["x"], value)
+                ),
+            }
+            if sgl is not None and hasattr(sgl, name):
+                impls["sglang"] = _sgl_peer(sgl, name, value, ref)
+            yield _case(name, batch, impls, logits=logits)

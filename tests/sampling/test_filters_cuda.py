@@ -1,0 +1,253 @@
+"""The CUDA backends of top_k_renorm_probs, top_p_renorm_probs, min_p_renorm_probs and
+top_k_mask_logits (csrc/filters.cuh) against the torch reference on the same device: odd and
+large vocabularies, every dtype, strided and misaligned rows, per-row parameters, ties, invalid
+rows, CUDA graphs and torch.compile. Every test here runs on the GPU only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels_sampling import (
+    min_p_renorm_probs,
+    reference,
+    top_k_mask_logits,
+    top_k_renorm_probs,
+    top_p_renorm_probs,
+)
+from shared.testing.compare import assert_close
+from shared.testing.inputs import FLOAT_DTYPES, misaligned, row_strided
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(1, 1), (3, 7), (5, 333), (4, 4096), (2, 4099), (3, 128256)]
+LAYOUTS = ["contiguous", "row_strided", "misaligned"]
+
+
+def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    if layout == "row_strided":
+        return row_strided(t, extra=8)
+    if layout == "misaligned":
+        return misaligned(t)
+    return t
+
+
+def _logits(b: int, v: int, seed: int, dtype=torch.float32) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, v, generator=g) * 3).to(device="cuda", dtype=dtype)
+
+
+def _probs(b: int, v: int, seed: int, dtype=torch.float32) -> torch.Tensor:
+    return _logits(b, v, seed).softmax(dim=1).to(dtype)
+
+
+def _ambiguous_top_p(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """bool [B, V]: entries whose float64 S_gt lies within rounding of top_p (either way ok)."""
+    p = probs.double()
+    asc = p.sort(dim=1).values
+    suffix = asc.flip(1).cumsum(1).flip(1)
+    suffix = torch.cat([suffix, suffix.new_zeros(p.shape[0], 1)], dim=1)
+    s_gt = suffix.gather(1, torch.searchsorted(asc, p, right=True))
+    return (s_gt - top_p.double()[:, None]).abs() < 1e-5 * (1 + p.sum(1, keepdim=True))
+
+
+def _check_top_p(got: torch.Tensor, probs: torch.Tensor, top_p) -> None:
+    tp = reference._per_row(top_p, probs.shape[0], torch.float32, probs.device)
+    expected = reference.top_p_renorm_probs(probs, top_p)
+    ambiguous = _ambiguous_top_p(probs.float(), tp)
+    rows_ok = ~ambiguous.any(dim=1)
+    # Rows without a near-tie with top_p: the reference exactly (up to the sum's rounding).
+    assert_close(got[rows_ok], expected[rows_ok])
+    # Rows with one: the same kept set outside the ambiguous entries, renormalised.
+    if (~rows_ok).any():
+        g, p, amb = got[~rows_ok], probs[~rows_ok].float(), ambiguous[~rows_ok]
+        ref_keep = expected[~rows_ok].float() > 0
+        assert torch.equal((g.float() > 0)[~amb], ref_keep[~amb])
+        kept = torch.where(g.float() > 0, p.double(), 0.0)
+        assert_close(g, (kept / kept.sum(1, keepdim=True)).to(g.dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize(("b", "v"), SHAPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_top_k_renorm_matches_reference(dtype, b, v, layout):
+    probs = _layout(_probs(b, v, seed=b * 7 + v, dtype=dtype), layout)
+    for k in (-1, 0, 1, 5, 50, v - 1, v, v + 3):
+        got = top_k_renorm_probs(probs, k, backend="cuda")
+        assert_close(got, reference.top_k_renorm_probs(probs, k), name=f"k={k}")
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize(("b", "v"), SHAPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_top_k_mask_logits_matches_reference(dtype, b, v, layout):
+    logits = _layout(_logits(b, v, seed=b * 11 + v, dtype=dtype), layout)
+    for k in (-1, 0, 1, 5, 50, v - 1, v):
+        got = top_k_mask_logits(logits, k, backend="cuda")
+        assert torch.equal(got, reference.top_k_mask_logits(logits, k)), f"k={k}"
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize(("b", "v"), SHAPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_min_p_matches_reference(dtype, b, v, layout):
+    probs = _layout(_probs(b, v, seed=b * 13 + v, dtype=dtype), layout)
+    for mp in (0.0, 0.05, 0.3, 1.0):
+        got = min_p_renorm_probs(probs, mp, backend="cuda")
+        assert_close(got, reference.min_p_renorm_probs(probs, mp), name=f"min_p={mp}")
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize(("b", "v"), SHAPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_top_p_matches_reference(dtype, b, v, layout):
+    probs = _layout(_probs(b, v, seed=b * 17 + v, dtype=dtype), layout)
+    for p in (-0.5, 0.0, 0.1, 0.5, 0.9, 0.999, 1.0, 2.0):
+        _check_top_p(top_p_renorm_probs(probs, p, backend="cuda"), probs, p)
+
+
+def test_per_row_parameters():
+    b, v = 8, 5000
+    probs = _probs(b, v, seed=1)
+    logits = _logits(b, v, seed=2)
+    for dtype in (torch.int32, torch.int64):
+        ks = torch.tensor([1, 2, 0, -3, v, v - 1, 64, 1000], dtype=dtype, device="cuda")
+        assert_close(
+            top_k_renorm_probs(probs, ks, backend="cuda"), reference.top_k_renorm_probs(probs, ks)
+        )
+        assert torch.equal(
+            top_k_mask_logits(logits, ks, backend="cuda"), reference.top_k_mask_logits(logits, ks)
+        )
+    tps = torch.tensor([0.0, -1.0, 0.2, 0.5, 0.9, 0.95, 1.0, 3.0], device="cuda")
+    _check_top_p(top_p_renorm_probs(probs, tps, backend="cuda"), probs, tps)
+    mps = torch.tensor([0.0, 0.01, 0.1, 0.5, 0.9, 1.0, 0.3, 0.05], device="cuda")
+    assert_close(
+        min_p_renorm_probs(probs, mps, backend="cuda"), reference.min_p_renorm_probs(probs, mps)
+    )
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_ties(dtype):
+    """Quantized values: long runs of equal values are kept or dropped together."""
+    g = torch.Generator().manual_seed(5)
+    raw = torch.randint(0, 16, (6, 3000), generator=g).float()
+    probs = (raw / raw.sum(1, keepdim=True)).to(device="cuda", dtype=dtype)
+    logits = (raw - 8).to(device="cuda", dtype=dtype)
+    ks = torch.tensor([1, 10, 100, 187, 1500, 2999], device="cuda")
+    assert_close(
+        top_k_renorm_probs(probs, ks, backend="cuda"), reference.top_k_renorm_probs(probs, ks)
+    )
+    assert torch.equal(
+        top_k_mask_logits(logits, ks, backend="cuda"), reference.top_k_mask_logits(logits, ks)
+    )
+    for mp in (0.1, 0.5, 1.0):
+        got = min_p_renorm_probs(probs, mp, backend="cuda")
+        assert_close(got, reference.min_p_renorm_probs(probs, mp))
+    for p in (0.0, 0.3, 0.9):
+        _check_top_p(top_p_renorm_probs(probs, p, backend="cuda"), probs, p)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_invalid_rows_become_nan_and_zero_rows_stay_zero(dtype):
+    probs = _probs(7, 1031, seed=9).clone()
+    probs[1, 5] = float("nan")
+    probs[2, 700] = float("inf")
+    probs[3, 1] = -1e-3
+    probs[4] = 0.0
+    probs[5, 3] = -0.0  # not negative: a valid row
+    probs = probs.to(dtype)
+    for k in (0, 10):
+        assert_close(
+            top_k_renorm_probs(probs, k, backend="cuda"), reference.top_k_renorm_probs(probs, k)
+        )
+    for mp in (0.0, 0.1):
+        assert_close(
+            min_p_renorm_probs(probs, mp, backend="cuda"), reference.min_p_renorm_probs(probs, mp)
+        )
+    for p in (0.0, 0.5, 1.0):
+        _check_top_p(top_p_renorm_probs(probs, p, backend="cuda"), probs, p)
+    bad_mp = torch.tensor([0.1, 0.1, 0.1, 0.1, 0.1, -0.5, float("nan")], device="cuda")
+    assert_close(
+        min_p_renorm_probs(probs, bad_mp, backend="cuda"),
+        reference.min_p_renorm_probs(probs, bad_mp),
+    )
+    bad_tp = torch.tensor([0.5, 0.5, 0.5, 0.5, 0.5, float("nan"), 0.9], device="cuda")
+    _check_top_p(top_p_renorm_probs(probs, bad_tp, backend="cuda"), probs, bad_tp)
+
+
+def test_mask_logits_non_finite():
+    logits = _logits(4, 777, seed=3).clone()
+    logits[0, :10] = float("-inf")
+    logits[1, 3] = float("inf")
+    logits[2, 4] = float("nan")
+    logits[3, ::2] = -0.0
+    logits[3, 1::2] = 0.0
+    for k in (1, 5, 400, 776):
+        assert torch.equal(
+            top_k_mask_logits(logits, k, backend="cuda").isnan(),
+            reference.top_k_mask_logits(logits, k).isnan(),
+        )
+        got = top_k_mask_logits(logits, k, backend="cuda")
+        exp = reference.top_k_mask_logits(logits, k)
+        same = (got == exp) | (got.isnan() & exp.isnan())
+        assert bool(same.all()), f"k={k}"
+
+
+def test_overflowing_kept_sum_is_invalid():
+    probs = torch.full((2, 64), 3e38, device="cuda")
+    probs[1] = 0.01
+    assert_close(
+        top_k_renorm_probs(probs, 10, backend="cuda"), reference.top_k_renorm_probs(probs, 10)
+    )
+    assert_close(
+        min_p_renorm_probs(probs, 0.1, backend="cuda"), reference.min_p_renorm_probs(probs, 0.1)
+    )
+
+
+def test_compiled_kernel_rejects_bad_input_itself():
+    from kernels_jit import load_module
+    from kernels_sampling._common import FILTERS_CUDA
+
+    raw = load_module(FILTERS_CUDA)
+    x = _probs(3, 100, seed=0)
+    with pytest.raises(ValueError, match="same shape"):
+        raw.top_k_renorm_probs(torch.empty(3, 99, device="cuda"), x, None, 5)
+    with pytest.raises(ValueError, match="top_k must have shape"):
+        raw.top_k_mask_logits(torch.empty_like(x), x, torch.ones(2, device="cuda").int(), 5)
+    with pytest.raises(TypeError, match="top_p must be float32"):
+        raw.top_p_renorm_probs(torch.empty_like(x), x, torch.ones(3, device="cuda").int(), 0.5)
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        raw.min_p_renorm_probs(torch.empty_like(x).double(), x.double(), None, 0.5)
+
+
+def test_cuda_graph_capture():
+    probs = _probs(16, 128256, seed=4)
+    ks = torch.full((16,), 50, device="cuda", dtype=torch.int32)
+    calls = {
+        "top_k": lambda: top_k_renorm_probs(probs, ks),
+        "top_p": lambda: top_p_renorm_probs(probs, 0.9),
+        "min_p": lambda: min_p_renorm_probs(probs, 0.05),
+        "mask": lambda: top_k_mask_logits(probs, 50),
+    }
+    expected = {name: fn() for name, fn in calls.items()}  # builds and loads before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = {name: fn() for name, fn in calls.items()}
+    graph.replay()
+    torch.cuda.synchronize()
+    for name in calls:
+        assert torch.equal(outs[name], expected[name]), name
+
+
+def test_torch_compile_fullgraph():
+    probs = _probs(4, 3000, seed=6)
+    fn = torch.compile(
+        lambda p: top_k_renorm_probs(p, 20) + min_p_renorm_probs(p, 0.1) + top_k_mask_logits(p, 7),
+        fullgraph=True,
+    )
+    expected = (
+        reference.top_k_renorm_probs(probs, 20)
+        + reference.min_p_renorm_probs(probs, 0.1)
+        + reference.top_k_mask_logits(probs, 7)
+    )
+    assert_close(fn(probs), expected)
