@@ -16,14 +16,21 @@ OPS = register_group(
     op(
         "causal_conv1d_fwd",
         "depthwise causal conv1d over varlen or batched sequences, states in and out",
+        "cuda",
         dtypes=FLOATS,
     ),
     op(
         "causal_conv1d_update",
         "one decode step of the causal conv1d, state in place",
+        "cuda",
         dtypes=FLOATS,
     ),
-    op("selective_state_update", "Mamba-2 decode step of the SSM state, in place", dtypes=FLOATS),
+    op(
+        "selective_state_update",
+        "Mamba-2 decode step of the SSM state, in place",
+        "cuda",
+        dtypes=FLOATS,
+    ),
 )
 
 __all__ = [

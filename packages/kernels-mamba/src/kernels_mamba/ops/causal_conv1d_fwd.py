@@ -1,13 +1,18 @@
 """mamba.causal_conv1d_fwd: depthwise causal conv1d over prefill sequences, in place.
 
-The only backend for now is the pure-torch reference (fp32 math, rounded once).
+CUDA: a CTA per (sequence, channel block) walks the sequence in rounds of (time run x 16-byte
+channel pack) tiles, every read before a barrier and every write after it (in place safe), the
+round's last W-1 original columns kept in shared memory as the next halo and the new state. The
+torch reference (fp32 math, rounded once) is the fallback.
 """
 
 from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 from kernels_mamba import reference
 from kernels_mamba._checks import (
@@ -20,6 +25,15 @@ from kernels_mamba._checks import (
 )
 
 OP_ID = "mamba.causal_conv1d_fwd"
+
+CAUSAL_CONV1D_FWD_CUDA = ModuleSpec(
+    name="causal_conv1d_fwd",
+    package="kernels_mamba",
+    sources=("csrc/causal_conv1d_fwd.cuh",),
+    exports=(("causal_conv1d_fwd", "causal_conv1d_fwd"),),
+    description="CUDA: (time run x 16-byte channel pack) tiles, halo in shared memory, fp32 math",
+)
+_fwd_kernel = CompiledFunction(CAUSAL_CONV1D_FWD_CUDA, "causal_conv1d_fwd")
 
 
 def _causal_conv1d_fwd_torch(
@@ -44,6 +58,51 @@ def _causal_conv1d_fwd_torch(
         activation,
         pad_slot_id,
     )
+
+
+def _causal_conv1d_fwd_cuda(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    conv_states: torch.Tensor | None,
+    query_start_loc: torch.Tensor | None,
+    cache_indices: torch.Tensor | None,
+    has_initial_state: torch.Tensor | None,
+    activation: str | None,
+    pad_slot_id: int,
+) -> None:
+    _fwd_kernel(
+        x,
+        weight,
+        bias,
+        conv_states,
+        query_start_loc,
+        cache_indices,
+        has_initial_state,
+        activation is not None,
+        pad_slot_id,
+    )
+
+
+def _causal_conv1d_fwd_cuda_eligible(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    conv_states: torch.Tensor | None,
+    query_start_loc: torch.Tensor | None,
+    cache_indices: torch.Tensor | None,
+    has_initial_state: torch.Tensor | None,
+    activation: str | None,
+    pad_slot_id: int,
+) -> str | None:
+    """A CTA row per sequence: at most 65535 sequences; index vectors contiguous."""
+    seqs = x.shape[0] if x.dim() == 3 else query_start_loc.shape[0] - 1
+    if seqs > 65535:
+        return "needs at most 65535 sequences"
+    for t in (query_start_loc, cache_indices):
+        if t is not None and t.numel() > 1 and t.stride(0) != 1:
+            return "needs contiguous query_start_loc and cache_indices"
+    return None
 
 
 CAUSAL_CONV1D_FWD = Op(_causal_conv1d_fwd_torch, mutates=("x", "conv_states"), device="x")
@@ -137,7 +196,9 @@ def _causal_conv1d_fwd_samples(device: torch.device) -> list[tuple[tuple, dict]]
     idx = torch.tensor([4, -1, 1, 0], dtype=torch.int32, device=device)
     init = torch.tensor([True, True, False, True], device=device)
     batched = torch.randn(3, dim, 7, generator=g).to(torch.bfloat16).to(device)
+    half = torch.randn(2, dim, 5, generator=g).to(torch.float16).to(device)
     return [
         ((x, weight, bias, states, qsl, idx, init), {}),
         ((batched, weight), {"activation": None}),
+        ((half, weight, bias), {}),
     ]

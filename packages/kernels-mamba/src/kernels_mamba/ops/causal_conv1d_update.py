@@ -1,13 +1,16 @@
 """mamba.causal_conv1d_update: one decode step of the causal conv1d, state updated in place.
 
-The only backend for now is the pure-torch reference (fp32 math, rounded once).
+CUDA: a thread per (batch row, channel), the W-1 window in registers, fp32 products and sums;
+the torch reference (fp32 math, rounded once) is the fallback.
 """
 
 from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 from kernels_mamba import reference
 from kernels_mamba._checks import (
@@ -19,6 +22,15 @@ from kernels_mamba._checks import (
 )
 
 OP_ID = "mamba.causal_conv1d_update"
+
+CAUSAL_CONV1D_UPDATE_CUDA = ModuleSpec(
+    name="causal_conv1d_update",
+    package="kernels_mamba",
+    sources=("csrc/causal_conv1d_update.cuh",),
+    exports=(("causal_conv1d_update", "causal_conv1d_update"),),
+    description="CUDA: a thread per (row, channel), the state window in registers, fp32 math",
+)
+_update_kernel = CompiledFunction(CAUSAL_CONV1D_UPDATE_CUDA, "causal_conv1d_update")
 
 
 def _causal_conv1d_update_torch(
@@ -34,6 +46,49 @@ def _causal_conv1d_update_torch(
     reference.causal_conv1d_update(
         x, conv_state, weight, bias, activation, cache_seqlens, conv_state_indices, pad_slot_id
     )
+
+
+def _causal_conv1d_update_cuda(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    activation: str | None,
+    cache_seqlens: torch.Tensor | None,
+    conv_state_indices: torch.Tensor | None,
+    pad_slot_id: int,
+) -> None:
+    _update_kernel(
+        x.unsqueeze(-1) if x.dim() == 2 else x,
+        conv_state,
+        weight,
+        bias,
+        activation is not None,
+        cache_seqlens,
+        conv_state_indices,
+        pad_slot_id,
+    )
+
+
+def _causal_conv1d_update_cuda_eligible(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    activation: str | None,
+    cache_seqlens: torch.Tensor | None,
+    conv_state_indices: torch.Tensor | None,
+    pad_slot_id: int,
+) -> str | None:
+    """The kernel reads x and the state in one dtype and takes at most 65535 rows."""
+    if conv_state.dtype != x.dtype:
+        return "needs conv_state in the dtype of x"
+    if x.shape[0] > 65535:
+        return "needs B <= 65535"
+    for t in (cache_seqlens, conv_state_indices):
+        if t is not None and t.numel() > 1 and t.stride(0) != 1:
+            return "needs contiguous cache_seqlens and conv_state_indices"
+    return None
 
 
 CAUSAL_CONV1D_UPDATE = Op(_causal_conv1d_update_torch, mutates=("x", "conv_state"), device="x")
@@ -111,7 +166,10 @@ def _causal_conv1d_update_samples(device: torch.device) -> list[tuple[tuple, dic
     spec = torch.randn(2, dim, 3, generator=g).to(device)
     ring = torch.randn(2, dim, 6, generator=g).to(device)
     seqlens = torch.tensor([2, 9], dtype=torch.int32, device=device)
-    return [
+    cases = [
         ((x, state, weight, bias, "silu"), {"conv_state_indices": idx}),
         ((spec, ring, weight, bias, None), {"cache_seqlens": seqlens}),
     ]
+    for dtype in (torch.float16, torch.bfloat16):  # x and state in one dtype: the CUDA path
+        cases.append(((x.to(dtype), state.to(dtype), weight, bias, "silu"), {}))
+    return cases

@@ -2,19 +2,34 @@
 # A, B, C, D are the names of the Mamba paper and of every public implementation of this op.
 """mamba.selective_state_update: one Mamba-2 decode step of the SSM state, in place.
 
-The only backend for now is the pure-torch reference (fp32 math, rounded once).
+CUDA: a CTA per (head_dim tile, head, batch row), the state streamed once (16-byte packs, four
+rows in flight per thread), fp32 math, the scalar path for tied (stride-0) A/dt/dt_bias. The torch
+reference (fp32 math, rounded once) is the fallback.
 """
 
 from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_out, check_tensor
 from kernels_mamba import reference
 from kernels_mamba._checks import FLOATS, check_int, check_shape, check_vector
 
 OP_ID = "mamba.selective_state_update"
+
+SELECTIVE_STATE_UPDATE_CUDA = ModuleSpec(
+    name="selective_state_update",
+    package="kernels_mamba",
+    sources=("csrc/selective_state_update.cuh",),
+    exports=(("selective_state_update", "selective_state_update"),),
+    description="CUDA: a CTA per (row tile, head, batch row), state streamed once in fp32",
+)
+_selective_state_update_cuda = CompiledFunction(
+    SELECTIVE_STATE_UPDATE_CUDA, "selective_state_update"
+)
 
 
 def _selective_state_update_torch(
@@ -47,6 +62,30 @@ def _selective_state_update_torch(
         pad_slot_id,
         out,
     )
+
+
+def _selective_state_update_cuda_eligible(
+    out: torch.Tensor,
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    state_batch_indices: torch.Tensor | None,
+    pad_slot_id: int,
+) -> str | None:
+    """Grid limits (B and nh <= 65535, ds <= 6144) and a contiguous index vector."""
+    if x.shape[0] > 65535 or state.shape[1] > 65535 or state.shape[3] > 6144:
+        return "needs B <= 65535, nh <= 65535 and ds <= 6144"
+    t = state_batch_indices
+    if t is not None and t.numel() > 1 and t.stride(0) != 1:
+        return "needs a contiguous state_batch_indices"
+    return None
 
 
 SELECTIVE_STATE_UPDATE = Op(_selective_state_update_torch, mutates=("out", "state"), device="x")
@@ -160,4 +199,6 @@ def _selective_state_update_samples(device: torch.device) -> list[tuple[tuple, d
     return [
         ((state, x, dt, A, B, C, D, z, dt_bias, True), {"state_batch_indices": idx}),
         ((state.float()[:3], x, dt, A, B, C), {}),
+        ((state[:3], x.half(), dt, A, B, C), {}),
+        ((state[:3], x.bfloat16(), dt, A, B, C), {}),
     ]

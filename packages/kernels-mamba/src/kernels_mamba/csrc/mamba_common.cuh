@@ -1,0 +1,55 @@
+// Helpers shared by the mamba CUDA sources (group-local, not part of the kernels-jit API):
+// a runtime-typed load of the small parameter tensors (weights, biases, A/dt/D, indices), so the
+// kernels are templated only on the dtype of the tensors that carry the bytes.
+#pragma once
+
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
+#include <kernels/checks.h>
+#include <kernels/cuda_dtype.cuh>
+#include <kernels/dtype.h>
+
+#include <cstdint>
+
+namespace mamba_common {
+
+// 0: float32, 1: float16, 2: bfloat16.
+inline int float_code(const char* op, const char* arg, const tvm::ffi::TensorView& t) {
+  if (kernels::is_dtype(t.dtype(), kDLFloat, 32)) return 0;
+  if (kernels::is_dtype(t.dtype(), kDLFloat, 16)) return 1;
+  if (kernels::is_dtype(t.dtype(), kDLBfloat, 16)) return 2;
+  TVM_FFI_THROW(TypeError) << op << ": " << arg << " must be float32, float16 or bfloat16";
+}
+
+// An int32 or int64 index vector: true for int64.
+inline bool index_is64(const char* op, const char* arg, const tvm::ffi::TensorView& t) {
+  if (kernels::is_dtype(t.dtype(), kDLInt, 64)) return true;
+  TVM_FFI_CHECK(kernels::is_dtype(t.dtype(), kDLInt, 32), TypeError)
+      << op << ": " << arg << " must be int32 or int64";
+  return false;
+}
+
+__device__ __forceinline__ float load_any(const void* p, int64_t i, int code) {
+  if (code == 0) return static_cast<const float*>(p)[i];
+  if (code == 1) return __half2float(static_cast<const __half*>(p)[i]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+
+__device__ __forceinline__ void store_any(void* p, int64_t i, int code, float v) {
+  if (code == 0) {
+    static_cast<float*>(p)[i] = v;
+  } else if (code == 1) {
+    static_cast<__half*>(p)[i] = __float2half_rn(v);
+  } else {
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  }
+}
+
+__device__ __forceinline__ int64_t load_index(const void* p, int64_t i, bool is64) {
+  return is64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
+}
+
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+
+}  // namespace mamba_common

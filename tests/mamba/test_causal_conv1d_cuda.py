@@ -1,0 +1,191 @@
+"""The CUDA backends of mamba.causal_conv1d_fwd and mamba.causal_conv1d_update against the torch
+reference on the same inputs: widths 2..4, every dtype, channel-last and contiguous varlen views,
+batched inputs, initial states, padded and too-short sequences, long sequences (several rounds of
+the fwd kernel), circular and shifted decode states, speculative L > 1, strided and misaligned
+views, empty work, CUDA graphs and torch.compile. On CPU the torch backend runs the same checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels_mamba import causal_conv1d_fwd, causal_conv1d_update
+from shared.testing.compare import assert_close
+from shared.testing.inputs import misaligned, randn
+
+BACKENDS = [
+    pytest.param("cpu", "torch", id="torch"),
+    pytest.param("cuda", "cuda", id="cuda", marks=pytest.mark.gpu),
+]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def _qsl(lens, device):
+    q = [0]
+    for n in lens:
+        q.append(q[-1] + n)
+    return torch.tensor(q, dtype=torch.int32, device=device)
+
+
+def _fwd_both(backend, x, *args, **kwargs):
+    """Runs the backend and the reference on clones; returns ((x, states), (x_ref, states_ref))."""
+    states = args[2] if len(args) > 2 else kwargs.get("conv_states")
+    got_x, ref_x = x.clone(), x.clone()
+    if x.dim() == 2 and x.stride(0) == 1:  # keep the channel-last layout of the input
+        got_x = x.T.clone().T
+        ref_x = x.T.clone().T
+    got_s = None if states is None else states.clone()
+    ref_s = None if states is None else states.clone()
+
+    def call(xx, ss, name):
+        a = list(args)
+        kw = dict(kwargs)
+        if len(a) > 2:
+            a[2] = ss
+        elif "conv_states" in kw:
+            kw["conv_states"] = ss
+        causal_conv1d_fwd(xx, *a, backend=name, **kw)
+
+    call(got_x, got_s, backend)
+    call(ref_x, ref_s, "torch")
+    return (got_x, got_s), (ref_x, ref_s)
+
+
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
+@pytest.mark.parametrize("width", [2, 3, 4])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", ["channel_last", "contiguous"])
+def test_fwd_varlen(device, backend, width, dtype, layout):
+    dim, lens = 48, [5, 0, 1, 2, 300, 3, 2100]
+    qsl = _qsl(lens, device)
+    tokens = int(qsl[-1])
+    if layout == "channel_last":
+        x = randn(tokens, dim + 8, dtype=dtype, device=device, seed=width)[:, :dim].T
+    else:
+        x = randn(dim, tokens, dtype=dtype, device=device, seed=width)
+    weight = randn(dim, width, device=device, seed=1)
+    bias = randn(dim, device=device, seed=2)
+    states = randn(9, dim, width - 1, dtype=dtype, device=device, seed=3)
+    idx = torch.tensor([4, -1, 1, 0, 7, 2, 8], dtype=torch.int32, device=device)
+    init = torch.tensor([True, True, False, True, True, False, True], device=device)
+    got, ref = _fwd_both(backend, x, weight, bias, states, qsl, idx, init, "silu")
+    assert_close(got[0], ref[0], name="x")
+    assert_close(got[1], ref[1], name="conv_states")
+
+
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("length", [1, 7, 1030, 4100])
+def test_fwd_batched_no_state(device, backend, dtype, length):
+    dim, width = 40, 4
+    x = randn(3, dim, length, dtype=dtype, device=device, seed=length)
+    weight = randn(dim, width, dtype=dtype, device=device, seed=1)
+    got, ref = _fwd_both(backend, x, weight, None, None, None, None, None, None)
+    assert_close(got[0], ref[0], name="x")
+
+
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
+def test_fwd_batched_channel_last_with_states_and_odd_dim(device, backend):
+    dim, width, length = 37, 3, 260
+    x = randn(2, length, dim, dtype=torch.bfloat16, device=device).transpose(1, 2)
+    weight = randn(dim, width, device=device, seed=1)
+    bias = randn(dim, dtype=torch.bfloat16, device=device, seed=2)
+    states = randn(4, dim, width - 1, device=device, seed=3)
+    idx = torch.tensor([3, 1], dtype=torch.int64, device=device)
+    init = torch.tensor([True, False], device=device)
+    got_x, ref_x = x.clone(), x.clone()
+    got_s, ref_s = states.clone(), states.clone()
+    causal_conv1d_fwd(got_x, weight, bias, got_s, None, idx, init, backend=backend)
+    causal_conv1d_fwd(ref_x, weight, bias, ref_s, None, idx, init, backend="torch")
+    assert_close(got_x, ref_x, name="x")
+    assert_close(got_s, ref_s, name="conv_states")
+
+
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
+def test_fwd_misaligned_and_empty(device, backend):
+    dim, width = 16, 4
+    x = randn(50, dim, dtype=torch.bfloat16, device=device)
+    got = misaligned(x).T  # channel-last, one element past a 16-byte boundary: the scalar path
+    ref = x.clone().T
+    weight = randn(dim, width, device=device, seed=1)
+    qsl = _qsl([20, 30], device)
+    causal_conv1d_fwd(got, weight, None, None, qsl, backend=backend)
+    causal_conv1d_fwd(ref, weight, None, None, qsl, backend="torch")
+    assert_close(got, ref, name="x")
+    empty = torch.empty(dim, 0, device=device)
+    causal_conv1d_fwd(empty, weight, None, None, _qsl([0], device), backend=backend)
+
+
+def _update_both(backend, x, state, *args, **kwargs):
+    got_x, ref_x = x.clone(), x.clone()
+    got_s, ref_s = state.clone(), state.clone()
+    causal_conv1d_update(got_x, got_s, *args, backend=backend, **kwargs)
+    causal_conv1d_update(ref_x, ref_s, *args, backend="torch", **kwargs)
+    assert_close(got_x, ref_x, name="x")
+    assert_close(got_s, ref_s, name="conv_state")
+
+
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
+@pytest.mark.parametrize("width", [2, 3, 4])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("length", [None, 1, 3])
+@pytest.mark.parametrize("circular", [False, True])
+def test_update(device, backend, width, dtype, length, circular):
+    batch, dim, state_len = 5, 130, width - 1 + (2 if circular else 0)
+    shape = (batch, dim) if length is None else (batch, dim, length)
+    x = randn(*shape, dtype=dtype, device=device, seed=width)
+    state = randn(7, dim, state_len, dtype=dtype, device=device, seed=1)
+    weight = randn(dim, width, device=device, seed=2)
+    bias = randn(dim, device=device, seed=3)
+    idx = torch.tensor([6, -1, 0, 3, 2], dtype=torch.int32, device=device)
+    seqlens = torch.tensor([0, 4, 9, 1, 17], dtype=torch.int32, device=device) if circular else None
+    _update_both(
+        backend,
+        x,
+        state,
+        weight,
+        bias,
+        "silu",
+        cache_seqlens=seqlens,
+        conv_state_indices=idx,
+    )
+
+
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
+def test_update_strided_views_no_indices(device, backend):
+    batch, dim, width = 3, 64, 4
+    x = randn(batch, dim + 5, dtype=torch.bfloat16, device=device)[:, 2 : dim + 2]
+    state = randn(batch, 5, dim, dtype=torch.bfloat16, device=device).transpose(1, 2)
+    weight = randn(width, dim, device=device).T
+    _update_both(backend, x, state, weight, None, None)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_and_compile():
+    dim, width = 256, 4
+    x = randn(4, dim, dtype=torch.bfloat16, device="cuda")
+    state = randn(4, dim, width - 1, dtype=torch.bfloat16, device="cuda", seed=1)
+    weight = randn(dim, width, device="cuda", seed=2)
+    ref_x, ref_s = x.clone(), state.clone()
+    causal_conv1d_update(ref_x, ref_s, weight, None, "silu", backend="torch")
+    got_x, got_s = x.clone(), state.clone()
+    causal_conv1d_update(got_x.clone(), got_s.clone(), weight, None, "silu")  # build first
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        causal_conv1d_update(got_x, got_s, weight, None, "silu")
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close(got_x, ref_x)
+    assert_close(got_s, ref_s)
+
+    xs = randn(dim, 100, dtype=torch.bfloat16, device="cuda", seed=5)
+    qsl = _qsl([40, 60], "cuda")
+    ref = xs.clone()
+    causal_conv1d_fwd(ref, weight, None, None, qsl, backend="torch")
+
+    def f(t):
+        causal_conv1d_fwd(t, weight, None, None, qsl)
+        return t * 1
+
+    got = torch.compile(f, fullgraph=True)(xs.clone())
+    assert_close(got, ref)
