@@ -230,3 +230,117 @@ def test_opcheck_and_compile():
     compiled = torch.compile(verify, fullgraph=True)
     args = (canary, check, t([-1, 4, 5]), t([0, 1, 2]))
     assert torch.equal(compiled(*args), verify(*args))
+
+
+# ---- every backend against the reference (the CUDA kernels on the GPU) ----
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def _realistic(entries: int, device: str, page_size: int = 16, seed: int = 0, odd: bool = False):
+    """K and V caches of 8 heads x 128 bf16 per token (2 KiB each); ``odd`` adds an fp8 cache read
+    13 bytes at a time at a 20-byte pitch (the unaligned word path) as a third source."""
+    g = torch.Generator().manual_seed(seed)
+    slots_total = max(4 * entries, 64)
+    pages = (slots_total + page_size - 1) // page_size
+    k = torch.randn(pages, page_size, 8, 128, generator=g).to(torch.bfloat16).to(device)
+    v = torch.randn(pages, page_size, 8, 128, generator=g).to(torch.bfloat16).to(device)
+    sources = [KVSource(k, page_size, 2048, 2048), KVSource(v, page_size, 2048, 2048)]
+    if odd:
+        mla = torch.randn(pages * page_size, 20, generator=g).to(torch.float8_e4m3fn)
+        sources.append(KVSource(mla.to(device), 1, 20, 13))
+    canary = torch.randint(
+        -(2**63), 2**63 - 1, (pages * page_size, 4), generator=g, dtype=torch.int64
+    ).to(device)
+    perm = torch.randperm(pages * page_size, generator=g)
+    slots = perm[:entries].clone()
+    slots[torch.rand(entries, generator=g) < 0.1] = -1
+    seeds_pool = perm[entries:]
+    cuts = torch.sort(torch.randint(0, entries + 1, (max(entries // 5, 1),), generator=g)).values
+    indptr = torch.cat([torch.tensor([0]), cuts, torch.tensor([entries])]).to(torch.int32)
+    requests = indptr.shape[0] - 1
+    seeds = seeds_pool[:requests].clone()
+    seeds[::3] = -1
+    tokens = torch.randint(0, 150_000, (entries,), generator=g)
+    positions = torch.randint(0, 8192, (entries,), generator=g).to(torch.int32)
+    dev = lambda t: t.to(device)  # noqa: E731
+    return (
+        canary,
+        sources,
+        dev(slots),
+        dev(tokens),
+        dev(positions),
+        dev(indptr),
+        dev(seeds),
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("entries", [1, 7, 64, 128, 129, 1000])
+@pytest.mark.parametrize("odd", [False, True])
+def test_backends_match_reference_bit_for_bit(device, entries, odd):
+    canary, sources, slots, tokens, positions, indptr, seeds = _realistic(
+        entries, device, page_size=1 if odd else 16, seed=entries, odd=odd
+    )
+    want = canary.clone()
+    kv_canary_write(want, sources, slots, tokens, positions, indptr, seeds, backend="torch")
+    got = canary.clone()
+    kv_canary_write(got, sources, slots, tokens, positions, indptr, seeds)
+    assert torch.equal(got, want)
+    # Verify: corrupt some KV bytes, a position and a token; both backends report the same bits.
+    live = slots[slots >= 0]
+    prev = torch.full_like(slots, -1)
+    prev[1:] = slots[:-1]
+    k_bytes = sources[0].cache.view(torch.uint8).view(-1)
+    if live.numel():
+        k_bytes[int(live[0]) * 2048 + 17] ^= 4
+        got[int(live[-1]), 1] += 1
+    expected_tokens = torch.where(torch.arange(entries, device=device) % 2 == 0, tokens, -1)
+    for skip in (-1, int(live[0]) if live.numel() else 0):
+        a = kv_canary_verify(
+            got, sources, slots, prev, positions, expected_tokens, skip_slot=skip, backend="torch"
+        )
+        b = kv_canary_verify(got, sources, slots, prev, positions, expected_tokens, skip_slot=skip)
+        assert torch.equal(a, b)
+        if live.numel() and skip == -1:
+            assert b.count_nonzero() > 0
+
+
+@pytest.mark.gpu
+def test_cuda_write_reads_every_seed_before_writing():
+    # Request 1's seed is slot 5, which request 0 writes in the same call: the reference reads the
+    # old row; so must the kernels (both the one-launch and the two-launch paths).
+    for entries in (4, 300):
+        canary, sources, slots, tokens, positions, indptr, seeds = _realistic(entries, "cuda")
+        used = set(slots.tolist())
+        slots[0] = next(i for i in range(canary.shape[0]) if i not in used)
+        indptr = torch.tensor([0, 2, entries], dtype=torch.int32, device="cuda")
+        seeds = torch.tensor([-1, int(slots[0])], device="cuda")
+        want = canary.clone()
+        kv_canary_write(want, sources, slots, tokens, positions, indptr, seeds, backend="torch")
+        kv_canary_write(canary, sources, slots, tokens, positions, indptr, seeds)
+        assert torch.equal(canary, want)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_and_compile():
+    canary, sources, slots, tokens, positions, indptr, seeds = _realistic(200, "cuda")
+    want = canary.clone()
+    kv_canary_write(want, sources, slots, tokens, positions, indptr, seeds, backend="torch")
+    got = canary.clone()
+    kv_canary_write(canary.clone(), sources, slots, tokens, positions, indptr, seeds)  # build
+    prev = torch.full_like(slots, -1)
+    kv_canary_verify(want, sources, slots, prev, positions)  # build
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kv_canary_write(got, sources, slots, tokens, positions, indptr, seeds)
+        bits = kv_canary_verify(got, sources, slots, prev, positions)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(got, want) and bits.count_nonzero() == 0
+
+    def verify(canary, slots, prev, pos):
+        return kv_canary_verify(canary, sources, slots, prev, pos)
+
+    compiled = torch.compile(verify, fullgraph=True)
+    assert torch.equal(compiled(got, slots, prev, positions), verify(got, slots, prev, positions))

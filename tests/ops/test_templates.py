@@ -60,12 +60,12 @@ def _snapshot(repo: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
-    """A copy with a new op of elementwise (with --cuda), a torch-only op of kv_canary and a 19th
+    """A copy with a new op of elementwise (with --cuda), a torch-only op of lplb and a 19th
     group (all in the copy only)."""
     repo = _copy(tmp_path_factory.mktemp("stamp"))
     done = _generate(repo, "new-op", "elementwise", OP, "--cuda", "--description", "a copy of x")
     assert done.returncode == 0, done.stdout + done.stderr
-    done = _generate(repo, "new-op", "kv_canary", TORCH_OP, "--dtypes", "int64")
+    done = _generate(repo, "new-op", "lplb", TORCH_OP, "--dtypes", "int64")
     assert done.returncode == 0, done.stdout + done.stderr
     done = _generate(
         repo,
@@ -105,13 +105,13 @@ def test_new_op_stamps_every_file_and_declares_the_op(repo):
 
 
 def test_torch_only_op_has_no_cuda_parts(repo):
-    pkg = repo / "packages" / "kernels-kv-canary" / "src" / "kernels_kv_canary"
+    pkg = repo / "packages" / "kernels-lplb" / "src" / "kernels_lplb"
     op_file = (pkg / "ops" / f"{TORCH_OP}.py").read_text()
     assert "ModuleSpec" not in op_file and "_cuda" not in op_file
     assert not (pkg / "csrc").exists()
     init = (pkg / "__init__.py").read_text()
     assert f'op("{TORCH_OP}", "out = x (TODO: what the op computes)", dtypes=("int64",)),' in init
-    suite = (repo / "shared" / "bench" / "suites" / "kv_canary.py").read_text()
+    suite = (repo / "shared" / "bench" / "suites" / "lplb.py").read_text()
     assert f"    yield from {TORCH_OP}_cases(quick)\n" in suite and '"cuda": lambda' not in suite
 
 
@@ -151,7 +151,7 @@ def test_stamped_tests_pass(repo):
     repository's invariants over the stamped ops, in one pytest process on the copy."""
     args = [
         f"tests/elementwise/test_{OP}.py",
-        f"tests/kv_canary/test_{TORCH_OP}.py",
+        f"tests/lplb/test_{TORCH_OP}.py",
         "tests/scratch",
         "tests/ops/test_invariants.py",
         "--deselect",
@@ -173,8 +173,8 @@ def test_stamped_python_is_ruff_clean(repo):
         f"tests/elementwise/test_{OP}.py",
         "tests/elementwise/test_elementwise_builds.py",
         "tests/scratch",
-        "packages/kernels-kv-canary/src/kernels_kv_canary",
-        f"tests/kv_canary/test_{TORCH_OP}.py",
+        "packages/kernels-lplb/src/kernels_lplb",
+        f"tests/lplb/test_{TORCH_OP}.py",
         "shared/bench/suites",
     ]
     for command in (["check"], ["format", "--check"]):

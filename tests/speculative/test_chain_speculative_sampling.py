@@ -181,3 +181,96 @@ def test_opcheck_and_compile():
     eager = chain_speculative_sampling(draft, ids, target, seed=1, offset=1)
     for got, want in zip(compiled(draft, ids, target, seed), eager, strict=True):
         assert torch.equal(got, want)
+
+
+# ---- every backend against the reference (the CUDA kernel on the GPU) ----
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def _assert_same_draws(got, want, draft, ids, target, seeds, offsets):
+    """Equal accept counts and prefixes; a drawn token may differ only where the threshold lies
+    within rounding of the CDF between the two tokens (the sums run in another order)."""
+    tokens, accepted, emitted = got
+    assert torch.equal(accepted, want[1]) and torch.equal(emitted, want[2])
+    diff = (tokens != want[0]).any(dim=1).nonzero().flatten().tolist()
+    n = ids.shape[1]
+    for b in diff:
+        r = int(emitted[b])
+        assert torch.equal(tokens[b, :r], want[0][b, :r]) and torch.equal(
+            tokens[b, r + 1 :], want[0][b, r + 1 :]
+        )
+        t = target[b, r].double().cpu()
+        w = (t - draft[b, r].double().cpu()).clamp(min=0) if r < n else t
+        if not w.sum() > 0:
+            w = t
+        cdf = w.cumsum(0)
+        u = py_u(int(seeds[b % len(seeds)]), int(offsets[b % len(offsets)]), b, n)
+        lo, hi = sorted((int(tokens[b, r]), int(want[0][b, r])))
+        gap = (cdf[lo:hi] - u * cdf[-1]).abs().max().item() if hi > lo else 0.0
+        assert gap < 1e-5 * cdf[-1].item(), (b, lo, hi, gap)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("batch", "n", "vocab"),
+    [(1, 1, 1), (3, 0, 9), (4, 1, 5), (5, 4, 33), (2, 8, 4096), (3, 8, 128_256), (2, 3, 32_003)],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("sharp", [0.3, 4.0])
+def test_backend_matches_reference(device, batch, n, vocab, dtype, sharp):
+    draft, ids, target = _inputs(batch, n, vocab, seed=batch * 7 + n + vocab, sharp=sharp)
+    draft, ids, target = draft.to(device, dtype), ids.to(device), target.to(device, dtype)
+    seeds = torch.arange(batch, dtype=torch.int64, device=device) * 3 + 11
+    offsets = torch.tensor([5], dtype=torch.int64, device=device)
+    want = chain_speculative_sampling(
+        draft, ids, target, seed=seeds, offset=offsets, backend="torch"
+    )
+    got = chain_speculative_sampling(draft, ids, target, seed=seeds, offset=offsets)
+    _assert_same_draws(got, want, draft, ids, target, seeds.tolist(), offsets.tolist())
+    # Strided views (rows of a wider buffer, misaligned) and int64 ids take the same draws.
+    wide_d = torch.zeros(batch, n, vocab + 3, dtype=dtype, device=device)
+    wide_t = torch.zeros(batch, n + 1, vocab + 3, dtype=dtype, device=device)
+    wide_d[..., 1 : vocab + 1] = draft
+    wide_t[..., 1 : vocab + 1] = target
+    got = chain_speculative_sampling(
+        wide_d[..., 1 : vocab + 1],
+        ids.long(),
+        wide_t[..., 1 : vocab + 1],
+        seed=seeds,
+        offset=offsets,
+    )
+    _assert_same_draws(got, want, draft, ids, target, seeds.tolist(), offsets.tolist())
+
+
+@pytest.mark.gpu
+def test_cuda_zero_residual_and_rejections():
+    draft = torch.tensor([[[1.0, 0.0, 0.0]], [[0.0, 0.5, 0.5]]], device="cuda")
+    target = torch.tensor(
+        [[[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]], [[0.0, 0.5, 0.5], [0.2, 0.3, 0.5]]], device="cuda"
+    )
+    ids = torch.tensor([[0], [1]], dtype=torch.int32, device="cuda")
+    want = chain_speculative_sampling(draft, ids, target, seed=9, backend="torch")
+    got = chain_speculative_sampling(draft, ids, target, seed=9)
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_and_compile():
+    draft, ids, target = _inputs(4, 3, 1000, seed=21)
+    draft, ids, target = draft.cuda(), ids.cuda(), target.cuda()
+    seed, offset = torch.tensor([3], device="cuda"), torch.tensor([4], device="cuda")
+    want = chain_speculative_sampling(draft, ids, target, seed=seed, offset=offset, backend="torch")
+    chain_speculative_sampling(draft, ids, target, seed=seed, offset=offset)  # build first
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = chain_speculative_sampling(draft, ids, target, seed=seed, offset=offset)
+    graph.replay()
+    torch.cuda.synchronize()
+    _assert_same_draws(got, want, draft, ids, target, [3], [4])
+    compiled = torch.compile(
+        lambda d, i, t: chain_speculative_sampling(d, i, t, seed=seed, offset=offset),
+        fullgraph=True,
+    )
+    _assert_same_draws(compiled(draft, ids, target), want, draft, ids, target, [3], [4])

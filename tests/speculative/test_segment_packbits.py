@@ -220,3 +220,78 @@ def test_valid_input_unchanged_by_validate(lens):
     assert y2 is out and ptr2 is ptr
     assert y.tolist() == oracle(x.tolist(), lens, "little") == y2[: y.shape[0]].tolist()
     assert y2[y.shape[0] :].tolist() == [0xCD, 0xCD]
+
+
+# ---- every backend against the reference (the CUDA kernel on the GPU) ----
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+BACKEND_LENGTHS = [
+    *LENGTHS,
+    [4096] * 64,
+    [31, 32, 33, 4095, 4097, 0, 1, 7],
+    [3] * 500,
+    [2, 0, 9] * 500,  # 1500 segments: the pointers are read from global memory
+    [100_003, 5, 70_001],
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("lens", BACKEND_LENGTHS, ids=lambda v: str(v)[:40])
+@pytest.mark.parametrize("bitorder", ["little", "big"])
+@pytest.mark.parametrize("shift", [0, 5])  # shift: segments start off every alignment
+@pytest.mark.parametrize("ptr_dtype", [torch.int32, torch.int64], ids=str)
+def test_backend_matches_reference(device, lens, bitorder, shift, ptr_dtype):
+    x, indptr = _case(lens, seed=len(lens))
+    x = torch.cat([torch.ones(shift, dtype=torch.bool), x]).to(device)
+    indptr = (indptr.long() + shift).to(device=device, dtype=ptr_dtype)
+    want, want_ptr = segment_packbits(x, indptr, bitorder=bitorder, backend="torch")
+    got, got_ptr = segment_packbits(x, indptr, bitorder=bitorder)
+    assert torch.equal(got, want) and torch.equal(got_ptr, want_ptr)
+    # Device-only path into a poisoned buffer with one guard byte on each side.
+    out = torch.full((want.shape[0] + 2,), 0xAB, dtype=torch.uint8, device=device)
+    ptr = (want_ptr.long() + 1).to(ptr_dtype)
+    y, _ = segment_packbits(x, indptr, output_indptr=ptr, out=out, bitorder=bitorder)
+    assert y[0].item() == 0xAB and y[-1].item() == 0xAB and torch.equal(y[1:-1], want)
+
+
+@pytest.mark.gpu
+def test_cuda_skips_inconsistent_pointers_without_faulting():
+    x, indptr = _case([9, 16, 5], seed=11)
+    x, indptr = x.cuda(), indptr.cuda()
+    out = torch.full((4,), 0xAB, dtype=torch.uint8, device="cuda")
+    bad = torch.tensor([0, 2, 4, 1000], dtype=torch.int32, device="cuda")  # segment 1: 2 bytes ok
+    segment_packbits(x, indptr, output_indptr=bad, out=out, backend="cuda")
+    torch.cuda.synchronize()
+    want = oracle(x.tolist(), [9, 16, 5], "little")
+    assert out.tolist() == [*want[:4]]
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture():
+    lens = [4096] * 64
+    x, indptr = _case(lens, seed=12)
+    x, indptr = x.cuda(), indptr.cuda()
+    want, ptr = segment_packbits(x, indptr, backend="torch")
+    out = torch.zeros_like(want)
+    segment_packbits(x, indptr, output_indptr=ptr, out=torch.zeros_like(want))  # build first
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        segment_packbits(x, indptr, output_indptr=ptr, out=out)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, want)
+
+
+@pytest.mark.gpu
+def test_cuda_compile_fullgraph():
+    lens = [5, 11, 0, 8, 300]
+    x, indptr = _case(lens, seed=13)
+    x, indptr = x.cuda(), indptr.cuda()
+    want, ptr = segment_packbits(x, indptr, backend="torch")
+
+    def pack(x, indptr, ptr):
+        out = torch.zeros(want.shape[0], dtype=torch.uint8, device="cuda")
+        return segment_packbits(x, indptr, output_indptr=ptr, out=out)
+
+    y, _ = torch.compile(pack, fullgraph=True)(x, indptr, ptr)
+    assert torch.equal(y, want)

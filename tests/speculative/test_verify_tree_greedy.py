@@ -215,3 +215,78 @@ def test_torch_compile_fullgraph():
     compiled = torch.compile(step, fullgraph=True)
     for got, want in zip(compiled(*tensors), step(*tensors), strict=True):
         assert torch.equal(got, want)
+
+
+# ---- every backend against the reference (the CUDA kernel on the GPU) ----
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def _backend_case(batch, nodes, steps, vocab, seed, device, dtype=torch.int64, cyclic=False):
+    cand, index, child, sibling, target = random_trees(batch, nodes, vocab, seed)
+    if cyclic:  # every sibling list loops back to its first member: walks must stop at N
+        for b in range(batch):
+            for i in range(nodes):
+                if sibling[b][i] == -1 and i > 0:
+                    sibling[b][i] = 1 if nodes > 1 else -1
+    t = lambda v: torch.tensor(v, dtype=dtype, device=device)  # noqa: E731
+    tree = (t(cand), t(index), t(child), t(sibling), t(target))
+    return tuple(x.reshape(batch, nodes) if x.dim() == 2 else x for x in tree)
+
+
+def _outputs(batch, nodes, steps, device, strided=False):
+    predicts = torch.full((batch * nodes,), -1, dtype=torch.int32, device=device)
+    if strided:
+        accept_index = torch.full((batch, steps + 3), -1, dtype=torch.int32, device=device)
+        accept_index = accept_index[:, 1 : steps + 1]
+    else:
+        accept_index = torch.full((batch, steps), -1, dtype=torch.int32, device=device)
+    accept_num = torch.full((batch,), -12345, dtype=torch.int32, device=device)
+    return predicts, accept_index, accept_num
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("batch", "nodes", "steps"),
+    [(1, 1, 1), (1, 4, 2), (3, 7, 3), (16, 33, 8), (64, 64, 8), (5, 65, 6), (4, 200, 12)],
+)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("cyclic", [False, True])
+def test_backend_matches_reference(device, batch, nodes, steps, dtype, cyclic):
+    tree = _backend_case(batch, nodes, steps, 3, batch + nodes, device, dtype, cyclic)
+    want = _outputs(batch, nodes, steps, device)
+    verify_tree_greedy(*want, *tree, backend="torch")
+    for strided in (False, True):
+        got = _outputs(batch, nodes, steps, device, strided)
+        verify_tree_greedy(*got, *tree)
+        for g, w in zip(got, want, strict=True):
+            assert torch.equal(g, w)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture():
+    batch, nodes, steps = 8, 16, 5
+    tree = _backend_case(batch, nodes, steps, 3, 1, "cuda")
+    want = _outputs(batch, nodes, steps, "cuda")
+    verify_tree_greedy(*want, *tree, backend="torch")
+    got = _outputs(batch, nodes, steps, "cuda")
+    verify_tree_greedy(*_outputs(batch, nodes, steps, "cuda"), *tree)  # build outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        verify_tree_greedy(*got, *tree)
+    graph.replay()
+    torch.cuda.synchronize()
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)
+
+
+@pytest.mark.gpu
+def test_cuda_compile_fullgraph():
+    batch, nodes, steps = 4, 9, 4
+    tree = _backend_case(batch, nodes, steps, 3, 2, "cuda")
+    want = _outputs(batch, nodes, steps, "cuda")
+    verify_tree_greedy(*want, *tree, backend="torch")
+    got = _outputs(batch, nodes, steps, "cuda")
+    torch.compile(verify_tree_greedy, fullgraph=True)(*got, *tree)
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)

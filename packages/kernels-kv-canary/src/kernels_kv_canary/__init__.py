@@ -18,11 +18,13 @@ OPS = register_group(
     op(
         "kv_canary_write",
         "per-slot 64-bit KV hash chained with token id and position",
+        "cuda",
         dtypes=("int64",),
     ),
     op(
         "kv_canary_verify",
         "report every slot whose KV bytes, position, token or chain differ",
+        "cuda",
         dtypes=("int64",),
     ),
 )

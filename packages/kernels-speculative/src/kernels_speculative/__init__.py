@@ -18,16 +18,19 @@ OPS = register_group(
     op(
         "verify_tree_greedy",
         "accept the longest draft-tree path matching the target's greedy tokens",
+        "cuda",
         dtypes=("int32", "int64"),
     ),
     op(
         "chain_speculative_sampling",
         "rejection sampling of a draft chain; outputs follow the target distribution",
+        "cuda",
         dtypes=FLOATS,
     ),
     op(
         "segment_packbits",
         "pack boolean masks per segment into bytes (little or big bit order)",
+        "cuda",
         dtypes=("bool",),
     ),
 )

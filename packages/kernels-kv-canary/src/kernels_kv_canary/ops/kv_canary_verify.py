@@ -1,6 +1,8 @@
 """kv_canary.kv_canary_verify: report each slot whose KV bytes, position, token or chain changed.
 
-The only backend for now is the pure-torch reference, byte exact (uint64 emulated on int64).
+CUDA (csrc/kv_canary_verify.cuh): 1, 2 or 4 threads per entry (one per source), each folding
+one source's bytes of the slot with 16-byte loads; bit for bit with the pure-torch reference
+(uint64 emulated on int64), which remains the CPU backend.
 """
 
 from __future__ import annotations
@@ -9,13 +11,46 @@ from collections.abc import Sequence
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 from kernels_kv_canary import reference
 from kernels_kv_canary.ops.kv_canary_write import INDEX, check_canary, check_entries
-from kernels_kv_canary.sources import KVSource, normalize
+from kernels_kv_canary.sources import KVSource, byte_rows, normalize
 
 OP_ID = "kv_canary.kv_canary_verify"
+
+KV_CANARY_VERIFY_CUDA = ModuleSpec(
+    name="kv_canary_verify",
+    package="kernels_kv_canary",
+    sources=("csrc/kv_canary_verify.cuh", "csrc/kv_canary_common.cuh"),
+    exports=(("kv_canary_verify", "kv_canary_verify"),),
+    description="CUDA: one thread per (entry, source), 16-byte loads, warp-shuffle combine",
+)
+_verify_raw = CompiledFunction(KV_CANARY_VERIFY_CUDA, "kv_canary_verify")
+
+
+def source_args(
+    kv_caches: list[torch.Tensor],
+    page_sizes: list[int],
+    bytes_per_token: list[int],
+    read_bytes: list[int],
+) -> list:
+    """The 4 (cache or None, page_size, bytes_per_token, read_bytes) groups of the C++ entries;
+    caches go as byte views (the kernels read bytes; fp8 dtypes need not cross DLPack)."""
+    args: list = []
+    for k in range(4):
+        if k < len(kv_caches):
+            cache = kv_caches[k]
+            if cache.numel() == 0:
+                cache = torch.empty(cache.shape[0], 1, dtype=torch.uint8, device=cache.device)
+            elif cache.dtype != torch.uint8:
+                cache = byte_rows(cache)
+            args += [cache, page_sizes[k], bytes_per_token[k], read_bytes[k]]
+        else:
+            args += [None, 1, 1, 0]
+    return args
 
 
 def _kv_canary_verify_torch(
@@ -39,6 +74,45 @@ def _kv_canary_verify_torch(
             canary, sources, slots, prev_slots, expected_positions, expected_tokens, skip_slot
         )
     )
+
+
+def _kv_canary_verify_cuda(
+    fail_bits: torch.Tensor,
+    canary: torch.Tensor,
+    kv_caches: list[torch.Tensor],
+    page_sizes: list[int],
+    bytes_per_token: list[int],
+    read_bytes: list[int],
+    slots: torch.Tensor,
+    prev_slots: torch.Tensor,
+    expected_positions: torch.Tensor,
+    expected_tokens: torch.Tensor | None,
+    skip_slot: int,
+) -> None:
+    _verify_raw(
+        fail_bits,
+        canary,
+        slots,
+        prev_slots,
+        expected_positions,
+        expected_tokens,
+        skip_slot,
+        *source_args(kv_caches, page_sizes, bytes_per_token, read_bytes),
+    )
+
+
+def _kv_canary_verify_cuda_eligible(
+    fail_bits: torch.Tensor,
+    canary: torch.Tensor,
+    kv_caches: list[torch.Tensor],
+    *args: object,
+) -> str | None:
+    """The kernel indexes the canary rows and the caches as flat memory."""
+    if not canary.is_contiguous():
+        return "needs a contiguous canary"
+    if not all(c.is_contiguous() for c in kv_caches):
+        return "needs contiguous kv_sources caches"
+    return None
 
 
 KV_CANARY_VERIFY = Op(_kv_canary_verify_torch, mutates=("fail_bits",), device="canary")

@@ -1,6 +1,9 @@
 """kv_canary.kv_canary_write: record a hash-chained canary for every KV slot just written.
 
-The only backend for now is the pure-torch reference, byte exact (uint64 emulated on int64).
+CUDA (csrc/kv_canary_write.cuh): the chains (a thread per request, cheap) then the KV hashes in
+parallel (one thread per entry and source, 16-byte loads): one launch for N <= 128 entries, two
+above (the chains go through an int64 workspace [N] allocated here). Bit for bit with the
+pure-torch reference (uint64 emulated on int64), which remains the CPU backend.
 """
 
 from __future__ import annotations
@@ -9,13 +12,25 @@ from collections.abc import Sequence
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_same_device, check_tensor
 from kernels_kv_canary import reference
 from kernels_kv_canary.sources import KVSource, normalize
 
 OP_ID = "kv_canary.kv_canary_write"
 INDEX = (torch.int32, torch.int64)
+_SMALL_ENTRIES = 128  # csrc/kv_canary_write.cuh kSmallEntries: one launch, no workspace
+
+KV_CANARY_WRITE_CUDA = ModuleSpec(
+    name="kv_canary_write",
+    package="kernels_kv_canary",
+    sources=("csrc/kv_canary_write.cuh", "csrc/kv_canary_common.cuh"),
+    exports=(("kv_canary_write", "kv_canary_write"),),
+    description="CUDA: chains per request, then one thread per (entry, source) hashing KV bytes",
+)
+_write_raw = CompiledFunction(KV_CANARY_WRITE_CUDA, "kv_canary_write")
 
 
 def _kv_canary_write_torch(
@@ -34,6 +49,49 @@ def _kv_canary_write_torch(
         KVSource(*s) for s in zip(kv_caches, page_sizes, bytes_per_token, read_bytes, strict=True)
     ]
     reference.kv_canary_write(canary, sources, slots, token_ids, positions, req_indptr, seed_slots)
+
+
+def _kv_canary_write_cuda(
+    canary: torch.Tensor,
+    kv_caches: list[torch.Tensor],
+    page_sizes: list[int],
+    bytes_per_token: list[int],
+    read_bytes: list[int],
+    slots: torch.Tensor,
+    token_ids: torch.Tensor,
+    positions: torch.Tensor,
+    req_indptr: torch.Tensor,
+    seed_slots: torch.Tensor,
+) -> None:
+    from kernels_kv_canary.ops.kv_canary_verify import source_args
+
+    entries = slots.shape[0]
+    workspace = torch.empty(
+        entries if entries > _SMALL_ENTRIES else 0, dtype=torch.int64, device=canary.device
+    )
+    _write_raw(
+        canary,
+        workspace,
+        slots,
+        token_ids,
+        positions,
+        req_indptr,
+        seed_slots,
+        *source_args(kv_caches, page_sizes, bytes_per_token, read_bytes),
+    )
+
+
+def _kv_canary_write_cuda_eligible(
+    canary: torch.Tensor,
+    kv_caches: list[torch.Tensor],
+    *args: object,
+) -> str | None:
+    """The kernels index the canary rows and the caches as flat memory."""
+    if not canary.is_contiguous():
+        return "needs a contiguous canary"
+    if not all(c.is_contiguous() for c in kv_caches):
+        return "needs contiguous kv_sources caches"
+    return None
 
 
 KV_CANARY_WRITE = Op(_kv_canary_write_torch, mutates=("canary",), device="canary")

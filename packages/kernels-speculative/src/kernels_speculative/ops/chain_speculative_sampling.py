@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.rng import seed_offset
 from kernels_jit.validation import check_same_device, check_tensor
 from kernels_speculative import reference
 
 OP_ID = "speculative.chain_speculative_sampling"
+
+CHAIN_SPECULATIVE_SAMPLING_CUDA = ModuleSpec(
+    name="chain_speculative_sampling",
+    package="kernels_speculative",
+    sources=("csrc/chain_speculative_sampling.cuh", "csrc/speculative_common.cuh"),
+    exports=(("chain_speculative_sampling", "chain_speculative_sampling"),),
+    description="CUDA: one CTA per request; the residual pass reads the two rows once",
+)
+_chain_speculative_sampling_cuda = CompiledFunction(
+    CHAIN_SPECULATIVE_SAMPLING_CUDA, "chain_speculative_sampling"
+)
 
 
 def _chain_speculative_sampling_torch(
@@ -29,6 +42,28 @@ def _chain_speculative_sampling_torch(
     output_token_ids.copy_(tokens)
     accepted_num.copy_(accepted)
     emitted_num.copy_(emitted)
+
+
+def _chain_speculative_sampling_cuda_eligible(
+    output_token_ids: torch.Tensor,
+    accepted_num: torch.Tensor,
+    emitted_num: torch.Tensor,
+    draft_probs: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    target_probs: torch.Tensor,
+    seed: torch.Tensor,
+    offset: torch.Tensor,
+    deterministic: bool,
+) -> str | None:
+    """The kernel reads rows with a contiguous last dim, of one dtype."""
+    if draft_probs.dtype != target_probs.dtype:
+        return "needs draft_probs and target_probs of one dtype"
+    for t in (draft_probs, target_probs):
+        if t.shape[2] > 1 and t.stride(2) != 1:
+            return "needs draft_probs and target_probs with a contiguous last dim"
+    if draft_probs.shape[2] >= 1 << 30:
+        return "needs V < 2^30"
+    return None
 
 
 CHAIN_SPECULATIVE_SAMPLING = Op(
@@ -129,6 +164,11 @@ def _chain_speculative_sampling_samples(device: torch.device) -> list[tuple[tupl
         draft = (torch.randn(batch, n, vocab, generator=g) * 2).softmax(-1)
         target = (torch.randn(batch, n + 1, vocab, generator=g) * 2).softmax(-1)
         ids = torch.multinomial(draft.reshape(-1, vocab), 1, generator=g).reshape(batch, n)
-        args = (draft.to(device), ids.to(device=device, dtype=torch.int32), target.to(device))
-        cases.append((args, {"seed": 5, "offset": 1}))
+        for dtype in CHAIN_SPECULATIVE_SAMPLING.dtypes:
+            args = (
+                draft.to(device, dtype),
+                ids.to(device=device, dtype=torch.int32),
+                target.to(device, dtype),
+            )
+            cases.append((args, {"seed": 5, "offset": 1}))
     return cases

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_same_device, check_tensor
 from kernels_speculative import reference
 
 OP_ID = "speculative.segment_packbits"
 BITORDERS = ("little", "big")
+
+SEGMENT_PACKBITS_CUDA = ModuleSpec(
+    name="segment_packbits",
+    package="kernels_speculative",
+    sources=("csrc/segment_packbits.cuh", "csrc/speculative_common.cuh"),
+    exports=(("segment_packbits", "segment_packbits"),),
+    description="CUDA: 4 output bytes (two 16-byte loads) per thread, segments found per block",
+)
+_segment_packbits_cuda = CompiledFunction(SEGMENT_PACKBITS_CUDA, "segment_packbits")
 
 
 def _segment_packbits_torch(
@@ -20,6 +31,17 @@ def _segment_packbits_torch(
     bitorder: str,
 ) -> None:
     reference.segment_packbits_into(y, x, input_indptr, output_indptr, bitorder)
+
+
+def _segment_packbits_cuda_eligible(
+    y: torch.Tensor,
+    x: torch.Tensor,
+    input_indptr: torch.Tensor,
+    output_indptr: torch.Tensor,
+    bitorder: str,
+) -> str | None:
+    """The kernel indexes x and y as flat arrays (the pointers may be strided)."""
+    return None if x.is_contiguous() and y.is_contiguous() else "needs contiguous x and y"
 
 
 SEGMENT_PACKBITS = Op(_segment_packbits_torch, mutates=("y",), device="x")
@@ -68,10 +90,11 @@ def segment_packbits(
       allocated: a decreasing or out-of-range ``input_indptr`` or an inconsistent
       ``output_indptr`` never sizes an allocation, and y is at most ``nnz / 8 + B`` bytes.
     - ``out`` given: no host read unless ``validate=True``. The torch reference (the backend on
-      CPU, and the CUDA fallback until a kernel lands) still checks them all, as it reads them on
+      CPU, and any CUDA fallback) still checks them all, as it reads them on
       the host anyway; a CUDA kernel treats them as preconditions and never faults: it reads only
       ``x[0:nnz]``, writes only ``out[0:len(out)]`` and skips a segment whose length is negative
-      or whose bytes do not fit (asserting on device under ``KERNELS_DEBUG_CHECKS=1``).
+      or whose bytes do not fit (output_indptr[b+1] - output_indptr[b] != ceil(len/8), or
+      past len(out)), leaving its bytes untouched.
     """
     check_tensor(OP_ID, "x", x, dtypes=(torch.bool,), ndim=1)
     check_tensor(OP_ID, "input_indptr", input_indptr, dtypes=(torch.int32, torch.int64), ndim=1)

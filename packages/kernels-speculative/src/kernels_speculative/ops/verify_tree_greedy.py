@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_same_device, check_tensor
 from kernels_speculative import reference
 
 OP_ID = "speculative.verify_tree_greedy"
 _INDEX = (torch.int32, torch.int64)
+
+VERIFY_TREE_GREEDY_CUDA = ModuleSpec(
+    name="verify_tree_greedy",
+    package="kernels_speculative",
+    sources=("csrc/verify_tree_greedy.cuh", "csrc/speculative_common.cuh"),
+    exports=(("verify_tree_greedy", "verify_tree_greedy"),),
+    description="CUDA: one warp per request, the tree staged in shared memory (N <= 64)",
+)
+_verify_tree_greedy_cuda = CompiledFunction(VERIFY_TREE_GREEDY_CUDA, "verify_tree_greedy")
 
 
 def _verify_tree_greedy_torch(
@@ -161,4 +172,9 @@ def _verify_tree_greedy_samples(device: torch.device) -> list[tuple[tuple, dict]
             target,
         )
         cases.append((tuple(a.to(device) for a in args), {}))
+        # int32 tree tensors (the declared dtypes are those of candidates).
+        narrow = tuple(
+            a.to(device) if i < 3 else a.to(device, torch.int32) for i, a in enumerate(args)
+        )
+        cases.append((narrow, {}))
     return cases

@@ -1,0 +1,213 @@
+// speculative.segment_packbits, CUDA: segment b, x[in[b]:in[b+1]], packs to ceil(len/8) bytes at
+// y[out[b]:out[b+1]] ("little": element 8j+t is bit t of byte j; "big": bit 7-t; bits past the
+// segment end are 0). One thread per 4 output bytes (32 input bools: two 16-byte loads when the
+// segment is aligned, bytes otherwise), blocks of 256 threads over y. Up to 1024 segments, every
+// block stages both pointer arrays in shared memory (one round of coalesced loads); a block finds
+// its segments by one binary search per block edge, then each thread narrows within them. The
+// pointers are preconditions: a segment whose pointers are inconsistent (negative length, bytes
+// not ceil(len/8), input past nnz, output past len(y)) is skipped, so the kernel only ever reads
+// x[0:nnz] and writes y[0:len(y)]. No host synchronisation.
+#pragma once
+
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
+#include <kernels/launch.cuh>
+#include <kernels/pdl.cuh>
+
+#include <string>
+#include <type_traits>
+
+#include "speculative_common.cuh"
+
+namespace segment_packbits_detail {
+
+constexpr int kThreads = 256;
+constexpr int kBytesPerThread = 4;
+constexpr int64_t kBytesPerBlock = kThreads * kBytesPerThread;
+
+struct Params {
+  uint8_t* y;
+  int64_t y_len;
+  const uint8_t* x;
+  int64_t nnz;
+  speculative_detail::IndexRef in, out;
+  int64_t segments;  // B
+  bool big;
+};
+
+// Pointers up to this many segments are staged in shared memory by every block (one round of
+// coalesced loads instead of a chain of dependent global loads in the searches).
+constexpr int kStagedSegments = 1024;
+
+// The two pointer arrays: staged in shared memory, or read from global memory.
+struct StagedPtrs {
+  const int64_t* in;
+  const int64_t* out;
+  __device__ __forceinline__ int64_t in_at(int64_t i) const { return in[i]; }
+  __device__ __forceinline__ int64_t out_at(int64_t i) const { return out[i]; }
+};
+struct GlobalPtrs {
+  speculative_detail::IndexRef in, out;
+  __device__ __forceinline__ int64_t in_at(int64_t i) const { return in[i]; }
+  __device__ __forceinline__ int64_t out_at(int64_t i) const { return out[i]; }
+};
+
+// Largest b in [lo, hi] with out[b] <= o (lo - 1 when none), out assumed non-decreasing.
+template <typename Ptrs>
+__device__ __forceinline__ int64_t find_segment(const Ptrs& ptr, int64_t o, int64_t lo,
+                                                int64_t hi) {
+  int64_t ans = lo - 1;
+  while (lo <= hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (ptr.out_at(mid) <= o) {
+      ans = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return ans;
+}
+
+__device__ __forceinline__ uint32_t pack8(uint64_t v, bool big) {
+  uint32_t r = 0;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    const uint32_t bit = ((v >> (8 * t)) & 0xffu) != 0u;
+    r |= bit << (big ? 7 - t : t);
+  }
+  return r;
+}
+
+// One segment's pointers, checked against the sizes.
+struct Segment {
+  int64_t b = -1, in0 = 0, in1 = 0, out0 = 0, out1 = 0;
+  bool ok = false;
+  template <typename Ptrs>
+  __device__ __forceinline__ void load(const Params& p, const Ptrs& ptr, int64_t seg) {
+    b = seg;
+    in0 = ptr.in_at(seg);
+    in1 = ptr.in_at(seg + 1);
+    out0 = ptr.out_at(seg);
+    out1 = ptr.out_at(seg + 1);
+    const int64_t len = in1 - in0;
+    ok = in0 >= 0 && len >= 0 && in1 <= p.nnz && out0 >= 0 && out1 <= p.y_len &&
+         out1 - out0 == (len + 7) / 8;
+  }
+};
+
+__device__ __forceinline__ uint32_t pack_byte(const Params& p, const Segment& s, int64_t o) {
+  const int64_t first = s.in0 + 8 * (o - s.out0);
+  const int64_t count = s.in1 - first < 8 ? s.in1 - first : 8;
+  uint64_t v = 0;
+  if (count == 8 && (reinterpret_cast<uintptr_t>(p.x + first) & 7u) == 0) {
+    v = *reinterpret_cast<const uint64_t*>(p.x + first);
+  } else {
+    for (int t = 0; t < count; ++t) v |= static_cast<uint64_t>(p.x[first + t]) << (8 * t);
+  }
+  return pack8(v, p.big);
+}
+
+template <bool kStaged>
+__global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) {
+  __shared__ int64_t edge[2];
+  __shared__ int64_t staged[2][kStaged ? kStagedSegments + 1 : 1];
+  const int64_t block0 = static_cast<int64_t>(blockIdx.x) * kBytesPerBlock;
+  if (pdl) kernels::pdl_wait();
+  using Ptrs = std::conditional_t<kStaged, StagedPtrs, GlobalPtrs>;
+  Ptrs ptr;
+  if constexpr (kStaged) {
+    for (int64_t i = threadIdx.x; i <= p.segments; i += kThreads) {
+      staged[0][i] = p.in[i];
+      staged[1][i] = p.out[i];
+    }
+    ptr = StagedPtrs{staged[0], staged[1]};
+    __syncthreads();
+  } else {
+    ptr = GlobalPtrs{p.in, p.out};
+  }
+  if (threadIdx.x < 2) {
+    const int64_t last = block0 + kBytesPerBlock - 1;
+    edge[threadIdx.x] = find_segment(ptr, threadIdx.x == 0 ? block0 : last, 0, p.segments - 1);
+  }
+  __syncthreads();
+  const int64_t lo = edge[0] < 0 ? 0 : edge[0], hi = edge[1];
+  const int64_t o0 = block0 + static_cast<int64_t>(threadIdx.x) * kBytesPerThread;
+  if (hi >= 0 && o0 < p.y_len) {
+    Segment s;
+    const int64_t seg = find_segment(ptr, o0, lo, hi);
+    s.load(p, ptr, seg < lo ? lo : seg);
+    // Fast path: the 4 bytes are whole bytes of one valid segment, 16-byte aligned input.
+    const int64_t first = s.in0 + 8 * (o0 - s.out0);
+    if (s.ok && o0 >= s.out0 && o0 + kBytesPerThread <= s.out1 && first + 32 <= s.in1 &&
+        (reinterpret_cast<uintptr_t>(p.x + first) & 15u) == 0 &&
+        (reinterpret_cast<uintptr_t>(p.y + o0) & 3u) == 0) {
+      const uint4 a = *reinterpret_cast<const uint4*>(p.x + first);
+      const uint4 c = *reinterpret_cast<const uint4*>(p.x + first + 16);
+      const uint32_t word =
+          pack8((static_cast<uint64_t>(a.y) << 32) | a.x, p.big) |
+          (pack8((static_cast<uint64_t>(a.w) << 32) | a.z, p.big) << 8) |
+          (pack8((static_cast<uint64_t>(c.y) << 32) | c.x, p.big) << 16) |
+          (pack8((static_cast<uint64_t>(c.w) << 32) | c.z, p.big) << 24);
+      *reinterpret_cast<uint32_t*>(p.y + o0) = word;
+    } else {
+#pragma unroll
+      for (int k = 0; k < kBytesPerThread; ++k) {
+        const int64_t o = o0 + k;
+        if (o >= p.y_len) break;
+        // Advance past segments that end at or before o (empty ones included).
+        while (s.b < hi && ptr.out_at(s.b + 1) <= o) s.load(p, ptr, s.b + 1);
+        if (s.ok && o >= s.out0 && o < s.out1) p.y[o] = static_cast<uint8_t>(pack_byte(p, s, o));
+      }
+    }
+  }
+  if (pdl) kernels::pdl_launch_dependents();
+}
+
+}  // namespace segment_packbits_detail
+
+// y uint8 [len] (contiguous), x bool [nnz] (contiguous), input_indptr / output_indptr int32 or
+// int64 [B+1] (any stride), bitorder "little" or "big".
+inline void segment_packbits(tvm::ffi::TensorView y, tvm::ffi::TensorView x,
+                             tvm::ffi::TensorView input_indptr, tvm::ffi::TensorView output_indptr,
+                             tvm::ffi::String bitorder) {
+  namespace detail = segment_packbits_detail;
+  constexpr const char* kOp = "speculative.segment_packbits";
+  // 1. Validate.
+  kernels::check_ndim(kOp, "x", x, 1);
+  kernels::check_ndim(kOp, "y", y, 1);
+  kernels::check_device(kOp, "x", x, kDLCUDA);
+  kernels::check_same_device(kOp, "y", y, "x", x);
+  TVM_FFI_CHECK(kernels::is_dtype(x.dtype(), kDLBool, 8) || kernels::is_dtype(x.dtype(), kDLUInt, 8),
+                TypeError)
+      << kOp << ": x must be bool";
+  TVM_FFI_CHECK(kernels::is_dtype(y.dtype(), kDLUInt, 8), TypeError) << kOp << ": y must be uint8";
+  kernels::check_contiguous(kOp, "x", x);
+  kernels::check_contiguous(kOp, "y", y);
+  const std::string order(bitorder.data(), bitorder.size());
+  TVM_FFI_CHECK(order == "little" || order == "big", ValueError)
+      << kOp << ": bitorder must be \"little\" or \"big\", got \"" << order << "\"";
+  detail::Params p{};
+  p.in = speculative_host::index_tensor(kOp, "input_indptr", input_indptr, x, 1);
+  p.out = speculative_host::index_tensor(kOp, "output_indptr", output_indptr, x, 1);
+  kernels::check_same_shape(kOp, "input_indptr", input_indptr, "output_indptr", output_indptr);
+  TVM_FFI_CHECK(input_indptr.size(0) >= 1, ValueError)
+      << kOp << ": input_indptr must have B+1 >= 1 entries";
+  p.segments = input_indptr.size(0) - 1;
+  p.y_len = y.size(0);
+  if (p.segments == 0 || p.y_len == 0) return;
+  // 2. Device guard, 3. the caller's stream.
+  kernels::DeviceGuard guard(x);
+  const kernels::Launch ctx(kOp, x);
+  // 4. Launch.
+  p.y = kernels::data<uint8_t>(y);
+  p.x = kernels::data<const uint8_t>(x);
+  p.nnz = x.size(0);
+  p.big = order == "big";
+  const unsigned grid = kernels::ceil_div(p.y_len, detail::kBytesPerBlock);
+  if (p.segments <= detail::kStagedSegments)
+    kernels::launch(ctx, detail::packbits_kernel<true>, grid, detail::kThreads, p);
+  else
+    kernels::launch(ctx, detail::packbits_kernel<false>, grid, detail::kThreads, p);
+}
