@@ -277,7 +277,7 @@ def test_group_norm_silu_large_offset_mean():
     implementations agree to ~1e-4 here; a one-pass E[x^2] - E[x]^2 would be off by ~5%."""
     x = randn(1, 64, 128, 128, device=DEV, seed=3) + 1000.0
     w, b = torch.ones(64, device=DEV), torch.zeros(64, device=DEV)
-    assert_close(
+    torch.testing.assert_close(
         group_norm_silu(x, 32, w, b, backend="cuda"),
         reference.group_norm_silu(x, 32, w, b),
         atol=3e-4,

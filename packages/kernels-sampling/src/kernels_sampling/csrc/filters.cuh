@@ -391,14 +391,19 @@ __global__ void __launch_bounds__(kThreads) top_p_renorm_kernel(bool, Params p) 
     return;
   }
   if (tp >= 1.0f || tp <= 0.0f) {
-    float thr = -INFINITY;
-    if (tp <= 0.0f) {  // the argmax set
-      float mx = -INFINITY;
-      for_row<T, kVec>(row_in<T>(p), slice_len(p), [&](float v) { mx = fmaxf(mx, v); });
-      thr = row_max(mx, s, p.cluster);
-    }
-    bool bad;
-    const float sum = kept_sum_pass<T, kVec>(p, thr, bad, s);
+    // One pass for the bad-row flag and the maximum (as min_p), then the kept sum: tp is the
+    // row's, so every CTA of the row's cluster takes the same branches.
+    float mx = -INFINITY;
+    bool b = false;
+    for_row<T, kVec>(row_in<T>(p), slice_len(p), [&](float v) {
+      b |= bad_prob(v);
+      mx = fmaxf(mx, v);
+    });
+    const bool bad = row_or(b, s, p.cluster);
+    mx = row_max(mx, s, p.cluster);
+    const float thr = tp <= 0.0f ? mx : -INFINITY;  // the argmax set, or the whole row
+    bool unused;
+    const float sum = kept_sum_pass<T, kVec>(p, thr, unused, s);
     write_renorm<T, kVec>(p, thr, sum, bad);
     return;
   }
