@@ -9,7 +9,7 @@ from shared.testing.builds import compile_group_for_hopper, run_memcheck
 
 
 def test_cuda_sources_compile_for_sm90a():
-    assert sorted(compile_group_for_hopper("sampling")) == ["filters_cuda"]
+    assert sorted(compile_group_for_hopper("sampling")) == ["filters_cuda", "sampling_draw_cuda"]
 
 
 # One call per kernel path: each op and mode (scalar/per-row parameters, keep-all, argmax set,
@@ -30,6 +30,16 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16):
             ks.min_p_renorm_probs(x, torch.full((b,), 2.0, device="cuda"))
             ks.top_k_mask_logits(logits[:, :v].to(dtype), 7)
             ks.top_k_mask_logits(logits[:, 1:].to(dtype), torch.full((b,), -1, device="cuda"))
+            ks.sampling_from_probs(x, seed=1)
+            idx = torch.tensor([0, b - 1, b, -1], device="cuda")  # out of range: invalid rows
+            ks.sampling_from_probs(x, indices=idx, seed=2)
+            for order in ("top_k_first", "joint"):
+                ks.top_k_top_p_sampling_from_probs(x, 5, 0.9, filter_apply_order=order, seed=3)
+                ks.top_k_top_p_sampling_from_probs(
+                    x, torch.full((b,), v, device="cuda"), torch.full((b,), 0.0, device="cuda"),
+                    filter_apply_order=order, seed=4,
+                )
+                ks.top_k_top_p_sampling_from_probs(x, 0, 0.5, filter_apply_order=order, seed=5)
 torch.cuda.synchronize()
 print("done")
 """

@@ -6,6 +6,9 @@ Shapes: [B, V] with V = 128256 (Llama-3 vocabulary) fp32, B in 1..512; k = 50, p
 min_p = 0.05; probabilities are the softmax of randn * 3 logits. ``bytes`` is the minimum traffic
 (read the row once, write it once: 2 * B * V * 4), so the "% of copy" column reads directly;
 our kernels read the row 3-4 times (L2 absorbs part of it) and write it once.
+
+The sampling ops (sampling_from_probs, top_k_top_p_sampling_from_probs, see draw_cases) are timed
+against torch eager and torch.compile only; B in 1..256.
 """
 
 from __future__ import annotations
@@ -80,3 +83,60 @@ def cases(quick: bool) -> Iterator[Case]:
             if sgl is not None and hasattr(sgl, name):
                 impls["sglang"] = _sgl_peer(sgl, name, value, ref)
             yield _case(name, batch, impls, logits=logits)
+    yield from draw_cases(quick)
+
+
+def _make_draw(batch: int):
+    def make():
+        x = (torch.randn(batch, VOCAB, device="cuda") * 3).softmax(dim=1)
+        seed = torch.full((1,), 1234, dtype=torch.int64, device="cuda")
+        return {"x": x, "seed": seed, "offset": torch.zeros_like(seed)}
+
+    return make
+
+
+def draw_cases(quick: bool) -> Iterator[Case]:
+    """sampling_from_probs and top_k_top_p_sampling_from_probs (k = 50, p = 0.9, both orders).
+
+    ``bytes`` reads the row once and writes an int32 sample and a bool per row. No binary peer:
+    sglang-kernel's sampling ops take other RNG arguments (not the project RNG).
+    """
+    batches = (1, 16, 64, 256) if not quick else (1, 256)
+    specs = (
+        ("sampling_from_probs", sampling.sampling_from_probs, reference.sampling_from_probs, ()),
+        (
+            "top_k_top_p_sampling_from_probs",
+            sampling.top_k_top_p_sampling_from_probs,
+            reference.top_k_top_p_sampling_from_probs,
+            (TOP_K, TOP_P),
+        ),
+    )
+    for name, op, ref, args in specs:
+        orders = ("top_k_first", "joint") if args else (None,)
+        for order in orders:
+            kw = {} if order is None else {"filter_apply_order": order}
+            for batch in batches:
+                impls = {
+                    "cuda": lambda s, op=op, args=args, kw=kw: op(
+                        s["x"], *args, seed=s["seed"], offset=s["offset"], backend="cuda", **kw
+                    ),
+                    "torch_eager": lambda s, ref=ref, args=args, kw=kw: ref(
+                        s["x"], *args, seed=s["seed"], offset=s["offset"], **kw
+                    ),
+                    "torch_compile": torch_compile(
+                        ref,
+                        [batch, VOCAB],
+                        lambda f, s, args=args, kw=kw: f(
+                            s["x"], *args, seed=s["seed"], offset=s["offset"], **kw
+                        ),
+                    ),
+                }
+                yield Case(
+                    op=name,
+                    shape=[batch, VOCAB],
+                    dtype=DTYPE,
+                    bytes=batch * (VOCAB * DTYPE.itemsize + 4 + 1),
+                    make_inputs=_make_draw(batch),
+                    impls=impls,
+                    note=order or "",
+                )

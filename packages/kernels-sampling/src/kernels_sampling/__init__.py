@@ -40,11 +40,13 @@ OPS = register_group(
     op(
         "sampling_from_probs",
         "seeded inverse-CDF sampling, one token per row",
+        "cuda",
         dtypes=FLOATS,
     ),
     op(
         "top_k_top_p_sampling_from_probs",
         "seeded sampling among the top-k and top-p tokens (top_k_first or joint)",
+        "cuda",
         dtypes=FLOATS,
     ),
 )

@@ -1,16 +1,26 @@
 """sampling.sampling_from_probs: one seeded, reproducible draw per row (inverse CDF).
 
-The only backend for now is the pure-torch reference (fp32, sort based).
+CUDA (csrc/sampling_draw.cuh): a CTA of 1024 threads per output row; pass 1 the row total (and
+bad-row flag), pass 2 a block scan of 16-element tiles in vocabulary order that stops at the tile
+crossing u * total. The pure-torch reference is the fallback.
 """
 
 from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 from kernels_sampling import reference
-from kernels_sampling._common import INDEX_DTYPES, check_nan_flag, check_rows, seed_offset
+from kernels_sampling._common import (
+    CUDA_MAX_DIM,
+    INDEX_DTYPES,
+    check_nan_flag,
+    check_rows,
+    seed_offset,
+)
 
 OP_ID = "sampling.sampling_from_probs"
 
@@ -29,6 +39,38 @@ def _sampling_from_probs_torch(
     )
     samples.copy_(drawn)
     valid.copy_(ok)
+
+
+SAMPLING_DRAW_CUDA = ModuleSpec(
+    name="sampling_draw",
+    package="kernels_sampling",
+    sources=("csrc/sampling_draw.cuh",),
+    exports=(
+        ("sampling_from_probs", "sampling_from_probs"),
+        ("top_k_top_p_sampling_from_probs", "top_k_top_p_sampling_from_probs"),
+    ),
+    description="CUDA: seeded inverse-CDF draws (top-k/top-p filtered), a CTA per output row",
+)
+
+_sampling_from_probs_cuda = CompiledFunction(SAMPLING_DRAW_CUDA, "sampling_from_probs")
+
+
+def _sampling_from_probs_cuda_eligible(
+    samples: torch.Tensor,
+    valid: torch.Tensor,
+    probs: torch.Tensor,
+    indices: torch.Tensor | None,
+    seed: torch.Tensor,
+    offset: torch.Tensor,
+    deterministic: bool,
+) -> str | None:
+    if samples.shape[0] > CUDA_MAX_DIM or probs.shape[1] > CUDA_MAX_DIM - 2**15:
+        return "needs B' < 2^31 and V < 2^31 - 2^15"
+    if indices is not None and not indices.is_contiguous():
+        return "needs contiguous indices"
+    if not (seed.is_contiguous() and offset.is_contiguous()):
+        return "needs contiguous seed and offset tensors"
+    return None
 
 
 SAMPLING_FROM_PROBS = Op(_sampling_from_probs_torch, mutates=("samples", "valid"), device="probs")
@@ -103,4 +145,6 @@ def _sampling_from_probs_samples(device: torch.device) -> list[tuple[tuple, dict
         ((probs,), {"seed": 42, "offset": 3}),
         ((probs,), {"seed": seeds, "offset": 0, "return_valid": True}),
         ((probs,), {"indices": idx, "seed": 1}),
+        ((probs.to(torch.bfloat16),), {"seed": 2, "offset": 1}),
+        ((probs.to(torch.float16),), {"seed": 3}),
     ]

@@ -1,6 +1,10 @@
 """sampling.top_k_top_p_sampling_from_probs: seeded sampling among the top-k and top-p tokens.
 
-The only backend for now is the pure-torch reference (fp32, sort based).
+CUDA (csrc/sampling_draw.cuh): a CTA of 1024 threads per output row; the top-k threshold and the
+top-p threshold by the radix selects of csrc/filters.cuh (top_k_first: top-p's mass target scaled
+by the top-k kept sum), then the draw of sampling_from_probs over the kept values. Kept sets agree
+with the reference except where a top-p boundary falls within fp32 rounding. The pure-torch
+reference is the fallback.
 """
 
 from __future__ import annotations
@@ -8,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 from kernels_sampling import reference
 from kernels_sampling._common import (
@@ -15,8 +20,13 @@ from kernels_sampling._common import (
     check_nan_flag,
     check_rows,
     check_top_p_scalar,
+    filters_cuda_eligible,
     row_param,
     seed_offset,
+)
+from kernels_sampling.ops.sampling_from_probs import (
+    SAMPLING_DRAW_CUDA,
+    _sampling_from_probs_cuda_eligible,
 )
 
 OP_ID = "sampling.top_k_top_p_sampling_from_probs"
@@ -49,6 +59,34 @@ def _top_k_top_p_sampling_from_probs_torch(
     )
     samples.copy_(drawn)
     valid.copy_(ok)
+
+
+_top_k_top_p_sampling_from_probs_cuda = CompiledFunction(
+    SAMPLING_DRAW_CUDA, "top_k_top_p_sampling_from_probs"
+)
+
+
+def _top_k_top_p_sampling_from_probs_cuda_eligible(
+    samples: torch.Tensor,
+    valid: torch.Tensor,
+    probs: torch.Tensor,
+    top_k_arr: torch.Tensor | None,
+    top_k_val: int,
+    top_p_arr: torch.Tensor | None,
+    top_p_val: float,
+    indices: torch.Tensor | None,
+    filter_apply_order: str,
+    seed: torch.Tensor,
+    offset: torch.Tensor,
+    deterministic: bool,
+) -> str | None:
+    return (
+        filters_cuda_eligible(probs, top_k_arr)
+        or filters_cuda_eligible(probs, top_p_arr)
+        or _sampling_from_probs_cuda_eligible(
+            samples, valid, probs, indices, seed, offset, deterministic
+        )
+    )
 
 
 TOP_K_TOP_P_SAMPLING_FROM_PROBS = Op(
@@ -142,4 +180,6 @@ def _top_k_top_p_sampling_from_probs_samples(device: torch.device) -> list[tuple
     return [
         ((probs, 20, 0.9), {"seed": 7}),
         ((probs, ks, ps), {"seed": 8, "filter_apply_order": "joint"}),
+        ((probs.to(torch.bfloat16), 5, 0.8), {"seed": 9}),
+        ((probs.to(torch.float16), ks, 0.7), {"seed": 10, "filter_apply_order": "joint"}),
     ]
