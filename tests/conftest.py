@@ -11,14 +11,23 @@ import pytest
 os.environ.setdefault("KERNELS_CACHE_DIR", tempfile.mkdtemp(prefix="kernels-test-cache-"))
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _has_gpu() -> bool:
     try:
         import torch
 
-        has_gpu = torch.cuda.is_available()
+        return torch.cuda.is_available()
     except ImportError:
-        has_gpu = False
-    if has_gpu:
+        return False
+
+
+# Without a GPU, Triton kernels run in Triton's interpreter on CPU tensors (shared/testing/
+# devices.py); this must be set before triton is first imported, hence here.
+if not _has_gpu():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run with -m gpu on the H200)")
     for item in items:
