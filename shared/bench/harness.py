@@ -51,7 +51,9 @@ class Case:
 
     ``make_inputs()`` returns one fresh set of inputs on the GPU; each impl takes such a set and
     runs the op once (outputs preallocated inside the set where the op allows it). ``bytes`` is
-    the minimum traffic: every input read once, every output written once.
+    the minimum traffic: every input read once, every output written once. ``flops`` (optional,
+    for compute-bound ops such as GEMMs) is the useful floating-point work of one call; where set,
+    each record gets ``tflops`` beside its bandwidth.
     """
 
     op: str
@@ -61,6 +63,7 @@ class Case:
     make_inputs: Callable[[], Any]
     impls: dict[str, Callable[[Any], Any]]
     note: str = ""
+    flops: int = 0
 
 
 @dataclass
@@ -122,6 +125,27 @@ def time_graph(fn: Callable[[Any], Any], input_sets: list[Any]) -> float:
     return us
 
 
+def _capture_fault(exc: BaseException) -> bool:
+    """Did ``exc`` come from an operation that a CUDA graph cannot capture (a host sync)?"""
+    text = str(exc).lower()
+    return "capture" in text and "fail_on_recompile" not in text
+
+
+def time_eager(fn: Callable[[Any], Any], input_sets: list[Any]) -> float:
+    """Median microseconds per call of ``fn`` over ``input_sets``, launched eagerly (for an
+    implementation that syncs with the host and so cannot be captured)."""
+    torch.cuda.synchronize()
+
+    def run() -> None:
+        for inputs in input_sets:
+            fn(inputs)
+
+    for _ in range(WARMUP_CALLS):
+        run()
+    torch.cuda.synchronize()
+    return median_us(run, max(5, REPLAYS // 4)) / len(input_sets)
+
+
 def no_compile_in_capture() -> contextlib.AbstractContextManager:
     """Any torch.compile (re)compilation raises while this is active: every compile belongs in the
     warm-up, outside capture (torch >= 2.6; a no-op before)."""
@@ -179,13 +203,27 @@ def run_case(case: Case, copy: float, on_impl: Callable[[str], None] | None = No
     for name, fn in case.impls.items():
         if on_impl:
             on_impl(name)
+        timing = "graph"
         try:
-            us = time_graph(fn, sets)
+            try:
+                us = time_graph(fn, sets)
+            except Exception as exc:
+                if not _capture_fault(exc):
+                    raise
+                # A host sync inside (a reference validating on the host): what a user of it
+                # gets is its eager time, launches and syncs included; the record says so.
+                print(f"  {case.op} {case.shape} {name}: not capturable, timed eagerly")
+                timing = "eager (not capturable)"
+                us = time_eager(fn, sets)
         except Exception as exc:  # a peer that cannot run this shape is reported, not fatal
             print(f"  {case.op} {case.shape} {name}: skipped ({type(exc).__name__}: {exc})")
             continue
         gbps = case.bytes / us / 1e3
         extra = {"copy_us": round(copy_us, 3)}
+        if timing != "graph":
+            extra["timing"] = timing
+        if case.flops:
+            extra["tflops"] = round(case.flops / us / 1e6, 2)
         extra.update(getattr(fn, "record_extra", None) or {})
         records.append(
             Record(

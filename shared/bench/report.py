@@ -38,6 +38,13 @@ def _compile_legend(result: dict) -> str:
     )
 
 
+EAGER_LEGEND = (
+    " A ratio marked `(eager)` is against a peer that syncs with the host (a reference that"
+    " validates its inputs there), so it could not be captured in a graph: it was timed by"
+    " eager launches, its launch and sync costs included."
+)
+
+
 def _peers_line(result: dict) -> str:
     peers = result.get("peers")
     if not peers:
@@ -62,7 +69,9 @@ def markdown(group: str, result: dict) -> str:
         f"{result['gpu']}, {result['date']}, commit {result['commit']}, copy bandwidth "
         f"{result['copy_gbps']:.0f} GB/s (read + write). Times are medians under CUDA graphs with "
         "inputs rotated past the L2; `x peer` is the peer's time divided by ours (> 1: we are "
-        "faster)." + _compile_legend(result),
+        "faster)."
+        + _compile_legend(result)
+        + (EAGER_LEGEND if any("timing" in r for r in result["records"]) else ""),
         "",
         *([_peers_line(result), ""] if result.get("peers") else []),
         "| op | shape | dtype | ours | us | % of copy | torch copy of its bytes (us) | "
@@ -75,7 +84,9 @@ def markdown(group: str, result: dict) -> str:
         if ours is None:
             continue
         ratios = [
-            f"{impls[p]['us'] / ours['us']:.2f}" + (" (auto)" if _mode(impls[p]) == "auto" else "")
+            f"{impls[p]['us'] / ours['us']:.2f}"
+            + (" (auto)" if _mode(impls[p]) == "auto" else "")
+            + (" (eager)" if impls[p].get("timing", "graph") != "graph" else "")
             if p in impls
             else "-"
             for p in peers
