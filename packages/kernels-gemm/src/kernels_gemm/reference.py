@@ -12,6 +12,12 @@ def dsv3_router_gemm(
     return (x.float() @ w.float().t()).to(out_dtype)
 
 
+def dsv3_fused_a_gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """DeepSeek-V3's fused q_a/kv_a projection ``a @ b`` in bf16: a [M, K], b [K, N] (the
+    column-major ``w.t()`` view of a row-major [N, K] weight) -> [M, N]."""
+    return (a.float() @ b.float()).to(torch.bfloat16)
+
+
 def fp8_scaled_mm(
     a: torch.Tensor,
     b: torch.Tensor,
