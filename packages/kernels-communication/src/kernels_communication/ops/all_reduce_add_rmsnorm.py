@@ -119,7 +119,11 @@ def _all_reduce_add_rmsnorm_samples(device: torch.device) -> list[tuple[tuple, d
     from kernels_communication.ops.custom_all_reduce import sample_comm
 
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(5, 256, generator=g).to(torch.bfloat16).to(device)
-    residual = torch.randn(5, 256, generator=g).to(torch.bfloat16).to(device)
-    weight = torch.randn(256, generator=g).to(device)
-    return [((x, residual, weight, 1e-6, sample_comm()), {})]
+    comm = sample_comm()
+    samples = []
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        x = torch.randn(5, 256, generator=g).to(dtype).to(device)
+        residual = torch.randn(5, 256, generator=g).to(dtype).to(device)
+        weight = torch.randn(256, generator=g).to(dtype).to(device)
+        samples.append(((x, residual, weight, 1e-6, comm), {}))
+    return samples

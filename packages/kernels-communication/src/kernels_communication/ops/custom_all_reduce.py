@@ -92,5 +92,6 @@ def _custom_all_reduce_samples(device: torch.device) -> list[tuple[tuple, dict]]
     comm = sample_comm()
     return [
         ((torch.randn(4, 1024, generator=g).to(torch.bfloat16).to(device), comm), {}),
+        ((torch.randn(2, 512, generator=g).to(torch.float16).to(device), comm), {}),
         ((torch.randn(3, 333, generator=g).to(device), comm), {}),
     ]
