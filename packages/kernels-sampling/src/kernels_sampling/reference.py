@@ -146,10 +146,7 @@ def draw(
     valid = (total > 0) & (total < float("inf")) & ~bad_rows(weights)
     if invalid is not None:
         valid = valid & ~invalid
-    # searchsorted(cdf, u * total, right=True) as a count (cdf is non-decreasing for the
-    # non-negative weights that reach a valid draw): the same index, and torch.compile's
-    # inductor lowers it (its searchsorted lowering fails on this [B, 1] query).
-    index = (cdf <= (u * total)[:, None]).sum(dim=1)
+    index = torch.searchsorted(cdf, (u * total)[:, None], right=True).squeeze(1)
     # u * total may round up to total itself: fall back to the last token with weight.
     last_positive = (vocab - 1) - (weights > 0).flip(1).to(torch.int8).argmax(dim=1)
     index = torch.where(index >= vocab, last_positive, index)

@@ -1,11 +1,9 @@
 // sampling.{min_p,top_k,top_p}_renorm_probs and sampling.top_k_mask_logits, CUDA.
 //
-// A row is split over a thread-block cluster of 1-16 CTAs of 1024 threads (choose_shape: enough
-// CTAs that each slice fits a 160 KB fp32 shared cache, more for small batches), histograms and
-// reductions combined through distributed shared memory in rank order (every CTA holds identical
-// bits). Cached: the slice is read from global memory once (16-byte packs, four in flight per
-// thread) and every pass below reads shared memory; rows too long for 16 slices are streamed
-// from global memory every pass. Passes:
+// One CTA of 1024 threads per row, or for small batches a thread-block cluster of 2-8 CTAs per
+// row, each over a slice, histograms and reductions combined through distributed shared memory
+// (every CTA sums them in rank order, so all hold identical bits). The row (V up to 2^31) is
+// streamed from global memory in 16-byte packs, four packs in flight per thread, several times:
 //   min_p:  max (+ bad-row flag) | kept sum | write.
 //   top_k:  3 radix passes of 11/11/10 bits over an order-preserving uint32 key of the fp32 value
 //           (shared-memory count histograms; the first also flags bad rows; the last also yields
@@ -31,19 +29,12 @@ KERNELS_REQUIRE_HEADERS_API(2);
 #include <cooperative_groups.h>
 
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <set>
-#include <tuple>
-#include <type_traits>
-#include <utility>
 
 namespace sampling_filters_detail {
 
 constexpr int kThreads = 1024;
 constexpr int kBins = 2048;  // 11-bit digits
 constexpr int kUnroll = 4;   // packs in flight per thread
-constexpr int kMaxCluster = 16;  // CTAs per row (a non-portable cluster size above 8)
 constexpr float kMinSum = 1e-8f;
 
 enum Mode : int { kMinP = 0, kTopK = 1, kTopP = 2, kMaskTopK = 3 };
@@ -154,10 +145,8 @@ __device__ __forceinline__ V block_exclusive_scan(V x, V* warp_totals) {
 }
 
 struct Shared {
-  int count[kBins];  // this CTA's histogram
+  int count[kBins];
   float mass[kBins];
-  int tot_count[kBins];  // cluster > 1: the row's histogram, this CTA's chunk of bins
-  float tot_mass[kBins];
   float scan_f[32];
   int scan_i[32];
   float red[32];
@@ -167,20 +156,17 @@ struct Shared {
   float xfer;  // this CTA's partial for a cluster reduction
 };
 
-// Reductions over the row: the block, then (cluster > 1) every CTA of the cluster. Lane r of each
-// warp fetches rank r's partial and every warp combines them in rank order, so all CTAs (and all
-// threads) hold the same bits.
+// Reductions over the row: the block, then (cluster > 1) every CTA of the cluster, summed in rank
+// order by every CTA so all of them hold the same bits.
 __device__ __forceinline__ float cluster_combine(float v, Shared& s, int cluster, bool is_max) {
   if (cluster == 1) return v;
   namespace cg = cooperative_groups;
   cg::cluster_group cl = cg::this_cluster();
   if (threadIdx.x == 0) s.xfer = v;
   cl.sync();
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  const float mine = lane < cluster ? *cl.map_shared_rank(&s.xfer, lane) : 0.0f;
   float t = is_max ? -INFINITY : 0.0f;
   for (int r = 0; r < cluster; ++r) {
-    const float x = __shfl_sync(0xFFFFFFFFu, mine, r);
+    const float x = *cl.map_shared_rank(&s.xfer, r);
     t = is_max ? fmaxf(t, x) : t + x;
   }
   cl.sync();  // s.xfer is reused by the next reduction
@@ -204,16 +190,10 @@ struct Threshold {
 };
 
 // The k-th largest value (kMass = false, target = k, 1 <= k < cols) or the top-p threshold
-// (kMass = true, target = p in (0, 1)): three passes of 11/11/10 bits over key_of(v), over the
-// values whose key is >= floor_key only (the others are neither counted nor kept; the bad-row
-// flag still sees every value). src.each(fn) calls fn(value) on every value of this CTA's slice.
-// Cluster > 1: each CTA sums its chunk of kBins / cluster bins over every rank (rank order), then
-// reads the row's totals of its two bins from their owners (deterministic: no float atomics
-// across CTAs).
-template <bool kMass, bool kProbs, typename Src>
-__device__ Threshold radix_threshold(const Src& src, float target_p, int target_k, Shared& s,
-                                     int cluster, uint32_t floor_key = 0) {
-  namespace cg = cooperative_groups;
+// (kMass = true, target = p in (0, 1)): three passes of 11/11/10 bits over key_of(v).
+template <typename T, bool kVec, bool kMass, bool kProbs>
+__device__ Threshold radix_threshold(const T* row, int64_t cols, float target_p, int target_k,
+                                     Shared& s, int cluster) {
   uint32_t prefix = 0, himask = 0;
   int above_k = 0;
   float above_m = 0.0f;
@@ -230,10 +210,9 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
     __syncthreads();
     float above_local = 0.0f;  // last pass: sum of the values above the final key range
     const bool last = pass == 2;
-    src.each([&](float v) {
+    for_row<T, kVec>(row, cols, [&](float v) {
       if (kProbs && pass == 0) bad |= bad_prob(v);
       const uint32_t k = key_of(v);
-      if (k < floor_key) return;
       if (((k ^ prefix) & himask) == 0) {
         const int bin = static_cast<int>((k >> shift) & digit_mask);
         atomicAdd(&s.count[bin], 1);
@@ -249,58 +228,30 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
     // Bins in descending order: thread t owns bins hi = kBins-1-2t and lo = hi-1.
     const int hi = kBins - 1 - 2 * static_cast<int>(threadIdx.x), lo = hi - 1;
     const bool own = hi >= 1;
-    int c_hi = 0, c_lo = 0;
+    int c_hi = own ? s.count[hi] : 0, c_lo = own ? s.count[lo] : 0;
     float m_hi = 0.0f, m_lo = 0.0f;
-    if (cluster == 1) {
-      if (own) {
-        c_hi = s.count[hi];
-        c_lo = s.count[lo];
-        if (kMass) {
-          m_hi = s.mass[hi];
-          m_lo = s.mass[lo];
-        }
-      }
-    } else {
+    if (kMass && own) {
+      m_hi = s.mass[hi];
+      m_lo = s.mass[lo];
+    }
+    if (cluster > 1) {  // the row's histogram: every CTA's, summed in rank order
+      namespace cg = cooperative_groups;
       cg::cluster_group cl = cg::this_cluster();
-      cl.sync();  // every CTA's histogram is complete
-      const int chunk = kBins / cluster;  // cluster: a power of two <= kMaxCluster
-      const int rank = static_cast<int>(cl.block_rank());
-      for (int j = threadIdx.x; j < chunk; j += blockDim.x) {
-        const int b = rank * chunk + j;
-        int c[kMaxCluster];
-        float m[kMaxCluster];
-#pragma unroll
-        for (int r = 0; r < kMaxCluster; ++r) {  // all loads in flight, then summed in rank order
-          c[r] = 0;
-          m[r] = 0.0f;
-          if (r < cluster) {
-            const Shared* remote = cl.map_shared_rank(&s, r);
-            c[r] = remote->count[b];
-            if (kMass) m[r] = remote->mass[b];
+      cl.sync();
+      c_hi = c_lo = 0;
+      m_hi = m_lo = 0.0f;
+      for (int r = 0; r < cluster; ++r) {
+        Shared* remote = cl.map_shared_rank(&s, r);
+        if (own) {
+          c_hi += remote->count[hi];
+          c_lo += remote->count[lo];
+          if (kMass) {
+            m_hi += remote->mass[hi];
+            m_lo += remote->mass[lo];
           }
         }
-        int ct = 0;
-        float mt = 0.0f;
-#pragma unroll
-        for (int r = 0; r < kMaxCluster; ++r) {
-          ct += c[r];
-          if (kMass) mt += m[r];
-        }
-        s.tot_count[b] = ct;
-        if (kMass) s.tot_mass[b] = mt;
       }
-      cl.sync();  // every chunk is summed (the next pass clears count only after this)
-      if (own) {
-        const Shared* owner = cl.map_shared_rank(&s, hi / chunk);  // lo / chunk is the same
-        c_hi = owner->tot_count[hi];
-        c_lo = owner->tot_count[lo];
-        if (kMass) {
-          m_hi = owner->tot_mass[hi];
-          m_lo = owner->tot_mass[lo];
-        }
-      }
-      // tot_* are rewritten next pass only after that pass's first cl.sync, which every CTA
-      // reaches after these reads.
+      cl.sync();  // every CTA has read every histogram before any clears its own
     }
     int a_hi_k = 0, a_lo_k = 0;
     float a_hi_m = 0.0f, a_lo_m = 0.0f;
@@ -344,66 +295,6 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
   return Threshold{value_of(prefix), kept_sum, bad};
 }
 
-// A row (or a CTA's slice of one) as seen by the passes: streamed from global memory each pass, or
-// (kCache) read once into shared memory as fp32 and every pass reads that copy.
-template <typename T, bool kVec, bool kCache>
-struct Src {
-  const T* g;
-  const float* c;
-  int64_t len;
-  template <typename F>
-  __device__ __forceinline__ void each(F&& fn) const {
-    if constexpr (kCache) {
-      for (int64_t i = threadIdx.x; i < len; i += blockDim.x) fn(c[i]);
-    } else {
-      for_row<T, kVec>(g, len, fn);
-    }
-  }
-  // out = fn(value) over the slice.
-  template <typename F>
-  __device__ __forceinline__ void map(T* out, F&& fn) const {
-    if constexpr (kCache) {
-      constexpr int N = kernels::pack_width<T, kVec>;
-      using P = kernels::Pack<T, N>;
-      const int64_t step = static_cast<int64_t>(blockDim.x) * N;
-      for (int64_t base = static_cast<int64_t>(threadIdx.x) * N; base < len; base += step) {
-        float f[N];
-#pragma unroll
-        for (int j = 0; j < N; ++j) f[j] = fn(c[base + j]);
-        P q;
-        q.pack(f);
-        q.store_stream(out + base);
-      }
-    } else {
-      map_row<T, kVec>(g, out, len, fn);
-    }
-  }
-};
-
-// Copy len values of row (fp32) into the shared cache c; ends with __syncthreads.
-template <typename T, bool kVec>
-__device__ __forceinline__ void fill_cache(const T* row, float* c, int64_t len) {
-  constexpr int N = kernels::pack_width<T, kVec>;
-  using P = kernels::Pack<T, N>;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * N;
-  for (int64_t base = static_cast<int64_t>(threadIdx.x) * N; base < len; base += step * kUnroll) {
-    P p[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (base + u * step < len) p[u].load_stream(row + base + u * step);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (base + u * step < len) {
-        float f[N];
-        p[u].unpack(f);
-#pragma unroll
-        for (int j = 0; j < N; ++j) c[base + u * step + j] = f[j];
-      }
-    }
-  }
-  __syncthreads();
-}
-
 // This CTA's row and slice [start, start + len) of it (cluster > 1: rank = blockIdx.x % cluster).
 __device__ __forceinline__ int64_t row_index(const Params& p) { return blockIdx.x / p.cluster; }
 __device__ __forceinline__ int64_t slice_start(const Params& p) {
@@ -422,17 +313,6 @@ __device__ __forceinline__ T* row_out(const Params& p) {
   return static_cast<T*>(p.out) + row_index(p) * p.out_stride + slice_start(p);
 }
 
-// The dynamic shared cache of the kCache kernels (p.slice fp32 values).
-extern __shared__ float4 filters_cache_[];
-
-template <typename T, bool kVec, bool kCache>
-__device__ __forceinline__ Src<T, kVec, kCache> make_src(const Params& p) {
-  Src<T, kVec, kCache> src{row_in<T>(p), reinterpret_cast<const float*>(filters_cache_),
-                           slice_len(p)};
-  if constexpr (kCache) fill_cache<T, kVec>(src.g, reinterpret_cast<float*>(filters_cache_), src.len);
-  return src;
-}
-
 __device__ __forceinline__ float float_param(const Params& p) {
   return p.param_kind == kFloat32 ? static_cast<const float*>(p.param)[row_index(p)]
                                   : static_cast<float>(p.value);
@@ -444,25 +324,22 @@ __device__ __forceinline__ int64_t int_param(const Params& p) {
 }
 
 // The renorm write: bad -> NaN; kept -> v / sum (0 when sum < 1e-8); dropped -> 0.
-template <typename S>
-__device__ __forceinline__ void write_renorm(const Params& p, const S& src, float thr, float sum,
-                                             bool bad) {
-  using T = std::remove_const_t<std::remove_pointer_t<decltype(src.g)>>;
+template <typename T, bool kVec>
+__device__ __forceinline__ void write_renorm(const Params& p, float thr, float sum, bool bad) {
   bad = bad || !(sum < INFINITY);
   const bool tiny = sum < kMinSum;
-  src.map(row_out<T>(p), [&](float v) {
+  map_row<T, kVec>(row_in<T>(p), row_out<T>(p), slice_len(p), [&](float v) {
     if (bad) return NAN;
     return (v >= thr && !tiny) ? v / sum : 0.0f;
   });
 }
 
 // Sum of the values >= thr (and the bad flag) in one pass.
-template <typename S>
-__device__ __forceinline__ float kept_sum_pass(const Params& p, const S& src, float thr, bool& bad,
-                                               Shared& s) {
+template <typename T, bool kVec>
+__device__ __forceinline__ float kept_sum_pass(const Params& p, float thr, bool& bad, Shared& s) {
   float part = 0.0f;
   bool b = false;
-  src.each([&](float v) {
+  for_row<T, kVec>(row_in<T>(p), slice_len(p), [&](float v) {
     b |= bad_prob(v);
     if (v >= thr) part += v;
   });
@@ -470,192 +347,108 @@ __device__ __forceinline__ float kept_sum_pass(const Params& p, const S& src, fl
   return row_sum(part, s, p.cluster);
 }
 
-// The bad-row flag and the maximum in one pass.
-template <typename S>
-__device__ __forceinline__ float bad_and_max(const Params& p, const S& src, bool& bad, Shared& s) {
-  float mx = -INFINITY;
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kThreads) min_p_kernel(bool, Params p) {
+  __shared__ Shared s;
+  float mx = 0.0f;
   bool b = false;
-  src.each([&](float v) {
+  for_row<T, kVec>(row_in<T>(p), slice_len(p), [&](float v) {
     b |= bad_prob(v);
     mx = fmaxf(mx, v);
   });
-  bad = row_or(b, s, p.cluster);
-  return row_max(mx, s, p.cluster);
-}
-
-template <typename T, bool kVec, bool kCache>
-__global__ void __launch_bounds__(kThreads) min_p_kernel(bool, Params p) {
-  __shared__ Shared s;
-  const auto src = make_src<T, kVec, kCache>(p);
-  bool bad;
-  const float mx = fmaxf(bad_and_max(p, src, bad, s), 0.0f);
+  const bool bad = row_or(b, s, p.cluster);
+  mx = row_max(mx, s, p.cluster);
   const float mp = float_param(p);
   const bool bad_param = !(mp >= 0.0f && mp <= 1.0f);
   const float thr = mp * mx;
   bool unused;
-  const float sum = kept_sum_pass(p, src, thr, unused, s);
-  write_renorm(p, src, thr, sum, bad || bad_param);
+  const float sum = kept_sum_pass<T, kVec>(p, thr, unused, s);
+  write_renorm<T, kVec>(p, thr, sum, bad || bad_param);
 }
 
-template <typename T, bool kVec, bool kCache>
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads) top_k_renorm_kernel(bool, Params p) {
   __shared__ Shared s;
-  const auto src = make_src<T, kVec, kCache>(p);
   const int64_t k = int_param(p);
   if (k <= 0 || k >= p.cols) {
     bool bad;
-    const float sum = kept_sum_pass(p, src, -INFINITY, bad, s);
-    write_renorm(p, src, -INFINITY, sum, bad);
+    const float sum = kept_sum_pass<T, kVec>(p, -INFINITY, bad, s);
+    write_renorm<T, kVec>(p, -INFINITY, sum, bad);
     return;
   }
   const Threshold t =
-      radix_threshold<false, true>(src, 0.0f, static_cast<int>(k), s, p.cluster);
-  write_renorm(p, src, t.value, t.kept_sum, t.bad);
+      radix_threshold<T, kVec, false, true>(row_in<T>(p), slice_len(p), 0.0f, static_cast<int>(k),
+                                            s, p.cluster);
+  write_renorm<T, kVec>(p, t.value, t.kept_sum, t.bad);
 }
 
-template <typename T, bool kVec, bool kCache>
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads) top_p_renorm_kernel(bool, Params p) {
   __shared__ Shared s;
-  const auto src = make_src<T, kVec, kCache>(p);
   const float tp = float_param(p);
   if (tp != tp) {  // a NaN top_p: the row is invalid
-    src.map(row_out<T>(p), [](float) { return NAN; });
+    map_row<T, kVec>(row_in<T>(p), row_out<T>(p), slice_len(p), [](float) { return NAN; });
     return;
   }
   if (tp >= 1.0f || tp <= 0.0f) {
     // One pass for the bad-row flag and the maximum (as min_p), then the kept sum: tp is the
     // row's, so every CTA of the row's cluster takes the same branches.
-    bool bad;
-    const float mx = bad_and_max(p, src, bad, s);
+    float mx = -INFINITY;
+    bool b = false;
+    for_row<T, kVec>(row_in<T>(p), slice_len(p), [&](float v) {
+      b |= bad_prob(v);
+      mx = fmaxf(mx, v);
+    });
+    const bool bad = row_or(b, s, p.cluster);
+    mx = row_max(mx, s, p.cluster);
     const float thr = tp <= 0.0f ? mx : -INFINITY;  // the argmax set, or the whole row
     bool unused;
-    const float sum = kept_sum_pass(p, src, thr, unused, s);
-    write_renorm(p, src, thr, sum, bad);
+    const float sum = kept_sum_pass<T, kVec>(p, thr, unused, s);
+    write_renorm<T, kVec>(p, thr, sum, bad);
     return;
   }
-  const Threshold t = radix_threshold<true, true>(src, tp, 0, s, p.cluster);
-  write_renorm(p, src, t.value, t.kept_sum, t.bad);
+  const Threshold t =
+      radix_threshold<T, kVec, true, true>(row_in<T>(p), slice_len(p), tp, 0, s, p.cluster);
+  write_renorm<T, kVec>(p, t.value, t.kept_sum, t.bad);
 }
 
-template <typename T, bool kVec, bool kCache>
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads) top_k_mask_kernel(bool, Params p) {
   __shared__ Shared s;
-  const auto src = make_src<T, kVec, kCache>(p);
   const int64_t k = int_param(p);
   float thr = -INFINITY;
   bool keep_all = k <= 0 || k >= p.cols;
-  if (!keep_all)
-    thr = radix_threshold<false, false>(src, 0.0f, static_cast<int>(k), s, p.cluster).value;
-  src.map(row_out<T>(p), [&](float v) { return (keep_all || v >= thr) ? v : -INFINITY; });
+  if (!keep_all) {
+    thr = radix_threshold<T, kVec, false, false>(row_in<T>(p), slice_len(p), 0.0f,
+                                                 static_cast<int>(k), s, p.cluster)
+              .value;
+  }
+  map_row<T, kVec>(row_in<T>(p), row_out<T>(p), slice_len(p),
+                   [&](float v) { return (keep_all || v >= thr) ? v : -INFINITY; });
 }
 
 using KernelFn = void (*)(bool, Params);
 
-template <typename T, bool kVec, bool kCache>
+template <typename T, bool kVec>
 KernelFn kernel_for(int mode) {
   switch (mode) {
-    case kMinP: return min_p_kernel<T, kVec, kCache>;
-    case kTopK: return top_k_renorm_kernel<T, kVec, kCache>;
-    case kTopP: return top_p_renorm_kernel<T, kVec, kCache>;
-    default: return top_k_mask_kernel<T, kVec, kCache>;
+    case kMinP: return min_p_kernel<T, kVec>;
+    case kTopK: return top_k_renorm_kernel<T, kVec>;
+    case kTopP: return top_p_renorm_kernel<T, kVec>;
+    default: return top_k_mask_kernel<T, kVec>;
   }
 }
 
-// Launch shape. A row is split over a thread-block cluster of `cluster` CTAs (a power of two up
-// to kMaxCluster = 16, a non-portable size that Hopper allows), each over one slice:
-//  - enough CTAs per row that the slice fits the shared cache (kCacheBytes of fp32): the row is
-//    read from global memory once and written once, every pass reads shared memory;
-//  - for small batches more, so that rows * cluster CTAs fill the SMs (slices >= kMinSlice).
-// A row too long for 16 slices of the cache is streamed from global memory every pass (the
-// cluster then only follows the second rule). A cluster size the device cannot co-schedule
-// (cudaOccupancyMaxActiveClusters == 0) is halved.
-constexpr int64_t kMinSlice = 2048;
-constexpr int kCacheBytes = 160 * 1024;
+// CTAs per row: a cluster of up to kMaxCluster when the batch alone leaves SMs idle (small B),
+// with slices of at least kMinSlice elements. 1 disables the cluster path.
+constexpr int kMaxCluster = 8;
+constexpr int64_t kMinSlice = 4096;
 
-struct Shape {
-  int cluster;
-  bool cache;
-  int64_t slice;
-};
-
-inline int64_t slice_for(int64_t cols, int cluster, int64_t n) {
-  const int64_t per = (cols + cluster - 1) / cluster;
-  return (per + n - 1) / n * n;  // slices start on whole packs
-}
-
-// Opt the kernel into non-portable clusters and the shared cache once per device.
-inline bool prepare_kernel(const void* kernel, int device) {
-  static std::mutex mu;
-  static std::set<std::pair<const void*, int>> done;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(kernel, device);
-  if (done.count(key)) return true;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-          cudaSuccess ||
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCacheBytes) !=
-          cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  done.insert(key);
-  return true;
-}
-
-// Whether `cluster` CTAs of `kernel` with `smem` dynamic bytes can be co-scheduled (cached).
-inline bool cluster_fits(const void* kernel, int device, int cluster, int smem) {
-  if (cluster <= 8) return true;  // portable sizes always fit one CTA per SM
-  static std::mutex mu;
-  static std::map<std::tuple<const void*, int, int, int>, bool> memo;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(kernel, device, cluster, smem);
-  const auto it = memo.find(key);
-  if (it != memo.end()) return it->second;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(cluster));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  int active = 0;
-  const bool ok = cudaOccupancyMaxActiveClusters(&active, kernel, &config) == cudaSuccess &&
-                  active > 0;
-  if (!ok) (void)cudaGetLastError();
-  memo[key] = ok;
-  return ok;
-}
-
-// The shape for a row of `cols` elements in packs of n, given the kernel's cached and streamed
-// variants (shared with sampling_draw.cuh).
-inline Shape choose_shape(const void* cached, const void* streamed, int device, int64_t rows,
-                          int64_t cols, int64_t n) {
+inline int cluster_for(int device, int64_t rows, int64_t cols) {
   const int64_t sms = kernels::sm_count(device);
-  int par = 1;  // CTAs per row that the batch leaves room for
-  while (par < kMaxCluster && rows * par * 2 <= sms && cols >= 2 * par * kMinSlice) par *= 2;
-  int fit = 1;  // CTAs per row for the slice to fit the cache
-  while (fit <= kMaxCluster && slice_for(cols, fit, n) * 4 > kCacheBytes) fit *= 2;
-  const bool prepared = prepare_kernel(cached, device) && prepare_kernel(streamed, device);
-  if (prepared && fit <= kMaxCluster) {
-    for (int c = fit > par ? fit : par; c >= fit; c /= 2) {
-      const int64_t slice = slice_for(cols, c, n);
-      if (cluster_fits(cached, device, c, static_cast<int>(slice * 4)))
-        return Shape{c, true, slice};
-    }
-  }
-  // Streamed from global memory every pass (a cluster for small batches, up to the portable 8).
-  const int c = par > 8 ? 8 : par;
-  return Shape{c, false, slice_for(cols, c, n)};
-}
-
-template <typename T, bool kVec>
-Shape shape_for(int mode, int device, int64_t rows, int64_t cols) {
-  return choose_shape(reinterpret_cast<const void*>(kernel_for<T, kVec, true>(mode)),
-                      reinterpret_cast<const void*>(kernel_for<T, kVec, false>(mode)), device,
-                      rows, cols, kernels::pack_width<T, kVec>);
+  int c = 1;
+  while (c < kMaxCluster && rows * c * 2 <= sms && cols >= 2 * c * kMinSlice) c *= 2;
+  return c;
 }
 
 template <typename T>
@@ -663,21 +456,17 @@ void launch(const kernels::Launch& ctx, int mode, int64_t rows, Params p) {
   constexpr int64_t N = kernels::kVectorBytes / sizeof(T);
   const bool vec = p.cols % N == 0 && p.x_stride % N == 0 && p.out_stride % N == 0 &&
                    kernels::is_aligned(p.x) && kernels::is_aligned(p.out);
-  const Shape shape = vec ? shape_for<T, true>(mode, ctx.device, rows, p.cols)
-                          : shape_for<T, false>(mode, ctx.device, rows, p.cols);
-  const KernelFn kernel = vec ? (shape.cache ? kernel_for<T, true, true>(mode)
-                                             : kernel_for<T, true, false>(mode))
-                              : (shape.cache ? kernel_for<T, false, true>(mode)
-                                             : kernel_for<T, false, false>(mode));
-  p.cluster = shape.cluster;
-  p.slice = shape.slice;
-  // One cluster of p.cluster CTAs per row; gridDim.x takes up to 2^31 - 1.
+  const KernelFn kernel = vec ? kernel_for<T, true>(mode) : kernel_for<T, false>(mode);
+  p.cluster = cluster_for(ctx.device, rows, p.cols);
+  const int64_t per = (p.cols + p.cluster - 1) / p.cluster;
+  p.slice = (per + N - 1) / N * N;  // slices start on whole packs
+  // One CTA (or one cluster of p.cluster CTAs) per row; gridDim.x takes up to 2^31 - 1.
   TVM_FFI_CHECK(rows * p.cluster < (int64_t{1} << 31), ValueError)
       << ctx.op << ": the CUDA kernel takes B < 2^31 rows, got " << rows;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(rows * p.cluster));
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = shape.cache ? static_cast<size_t>(p.slice * 4) : 0;
+  config.dynamicSmemBytes = 0;
   config.stream = ctx.stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeClusterDimension;
