@@ -16,11 +16,15 @@
 //    kernels_jit.rng.uniform) and the reference's inverse-CDF pick (reference.dispatch_draw).
 #pragma once
 
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
 #include "ipm.cuh"
 
 #include <kernels/checks.h>
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
+#include <kernels/rng.cuh>
 #include <kernels/tensor.h>
 
 namespace lplb_dispatch_detail {
@@ -28,24 +32,8 @@ namespace lplb_dispatch_detail {
 namespace ipm = lplb_ipm;
 constexpr int kDrawThreads = 256;
 
-// The project RNG (OPS.md section 0). A copy of kernels-sampling's csrc/sampling_draw.cuh
-// (`mix`, `uniform`): the RNG has no shared C++ header in kernels-jit yet.
-__device__ __forceinline__ uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// U(seed, offset, row, j) = (mix(mix(mix(mix(seed) ^ offset) ^ row) ^ j) >> 40) * 2^-24.
-__device__ __forceinline__ float uniform(int64_t seed, int64_t offset, int64_t row, int64_t j) {
-  const uint64_t h = mix(mix(mix(mix(static_cast<uint64_t>(seed)) ^ static_cast<uint64_t>(offset)) ^
-                             static_cast<uint64_t>(row)) ^
-                         static_cast<uint64_t>(j));
-  return static_cast<float>(static_cast<uint32_t>(h >> 40)) * 5.9604644775390625e-08f;
-}
+// The project RNG (kernels/rng.cuh).
+using kernels::rng::uniform;
 
 __device__ __forceinline__ int64_t load_index(const void* p, bool wide, int64_t i) {
   return wide ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];

@@ -6,6 +6,9 @@
 // normal matrix does not fit is a ValueError here (Python sends it to the reference first).
 #pragma once
 
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
 #include "ipm.cuh"
 
 #include <kernels/checks.h>
