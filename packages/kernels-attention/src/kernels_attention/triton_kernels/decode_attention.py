@@ -125,7 +125,7 @@ def _decode_stage1(
     HAS_SINKS: tl.constexpr,
     V_IS_K: tl.constexpr,  # v_cache is the first BLOCK_DV channels of k_cache (MLA)
     DIRECT: tl.constexpr,  # one split: write the final output and LSE
-    DOT_F32: tl.constexpr,  # the interpreter's tl.dot is wrong on bf16: compute it in fp32
+    INTERPRETED: tl.constexpr,  # the interpreter's tl.dot is wrong on bf16: compute it in fp32
 ):
     hb = tl.program_id(0)  # fastest: MLA's head blocks of one request share its KV through L2
     b = tl.program_id(1)
@@ -150,7 +150,7 @@ def _decode_stage1(
     if BLOCK_DPE > 0:
         offs_pe = BLOCK_D + tl.arange(0, BLOCK_DPE)
         q_pe = tl.load(q_rows + offs_pe[None, :], mask=mask_h[:, None], other=0.0)
-    if DOT_F32:
+    if INTERPRETED:
         q = q.to(tl.float32)
         if BLOCK_DPE > 0:
             q_pe = q_pe.to(tl.float32)
@@ -172,7 +172,7 @@ def _decode_stage1(
         # K loaded as [D, BLOCK_N] (the dot's B operand as it is, no transpose)
         k_cols = k_head + slot[None, :] * stride_ks
         k = tl.load(k_cols + offs_d[:, None], mask=ok[None, :], other=0.0)
-        if DOT_F32:
+        if INTERPRETED:
             qk = tl.dot(q, k.to(tl.float32))
         else:
             qk = tl.dot(q, k.to(q.dtype))
@@ -197,7 +197,7 @@ def _decode_stage1(
             v = tl.load(
                 v_head + slot[:, None] * stride_vs + offs_dv[None, :], mask=ok[:, None], other=0.0
             )
-        if DOT_F32:
+        if INTERPRETED:
             pv = tl.dot(p, v.to(tl.float32))
         else:
             pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
@@ -346,7 +346,7 @@ def decode_attention(
         "HAS_CAP": has_cap,
         "HAS_SINKS": sinks is not None,
         "V_IS_K": v_is_k,
-        "DOT_F32": interpreted,
+        "INTERPRETED": interpreted,
         "num_warps": num_warps,
         "num_stages": num_stages,
     }
