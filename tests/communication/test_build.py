@@ -1,5 +1,9 @@
 """The group's CUDA sources build for sm_90a through the real JIT pipeline (on every machine),
-and, on the GPU, the world-size-1 and loopback kernel paths run clean under memcheck."""
+and, on the GPU, the world-size-1 kernel paths run clean under memcheck. The loopback ranks
+(several communicators on one GPU) are left out here: compute-sanitizer serialises kernels, so
+one rank's kernel spins at a barrier that the next, not yet started, never reaches (a hang until
+the device-side timeout: the likely cause of a 5-minute hang seen on the H200); the GPU tests run
+them without the sanitizer."""
 
 from __future__ import annotations
 
@@ -22,16 +26,6 @@ for dtype in (torch.bfloat16, torch.float32):
         custom_all_reduce(x, comm)
         all_reduce_add_rmsnorm(x, torch.randn_like(x), torch.ones(h, device="cuda", dtype=dtype),
                                1e-6, comm, backend="cuda")
-comms = CustomAllReduce.loopback(2, "cuda", max_size=1 << 20, max_blocks=4)
-streams = [torch.cuda.Stream() for _ in comms]
-for algo in (0, 1):
-    xs = [torch.randn(7, 1024, device="cuda", dtype=torch.bfloat16) for _ in comms]
-    for c, s, x in zip(comms, streams, xs):
-        c.algo = algo
-        with torch.cuda.stream(s):
-            custom_all_reduce(x, c, backend="cuda")
-            all_reduce_add_rmsnorm(x, torch.randn_like(x), torch.ones(1024, device="cuda",
-                                   dtype=x.dtype), 1e-6, c, backend="cuda")
 torch.cuda.synchronize()
 print("done")
 """
