@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,16 @@ def get_config(tokens: int, experts: int, inter: int) -> dict:
     return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}
 
 
+def _params(kernel) -> list[tuple[str, Any, bool]]:
+    """(name, default or inspect.Parameter.empty, is constexpr) of each kernel argument, from the
+    Python signature (a JITFunction on the GPU, an InterpretedFunction under TRITON_INTERPRET)."""
+    out = []
+    for param in inspect.signature(kernel.fn).parameters.values():
+        constexpr = "constexpr" in str(param.annotation)
+        out.append((param.name, param.default, constexpr))
+    return out
+
+
 def _invoke(kernel, a, b, c, weights, sorted_ids, expert_ids, post, top_k, mul_weight, config):
     """One launch of vLLM's fused_moe_kernel: C[slot] = A[slot // top_k or slot] @ B[e]^T."""
     import triton.language as tl
@@ -92,17 +103,17 @@ def _invoke(kernel, a, b, c, weights, sorted_ids, expert_ids, post, top_k, mul_w
         **meta,
     }
     args = {}
-    for param in kernel.params:
-        if param.name in values:
-            args[param.name] = values[param.name]
-        elif param.name.endswith("_ptr"):
-            args[param.name] = None
-        elif getattr(param, "has_default", False):
-            args[param.name] = param.default
-        elif param.is_constexpr and param.name not in ("group_n", "group_k"):
-            args[param.name] = False  # quantisation / bias / TMA flags: off
+    for name, default, constexpr in _params(kernel):
+        if name in values:
+            args[name] = values[name]
+        elif name.endswith("_ptr"):
+            args[name] = None
+        elif default is not inspect.Parameter.empty:
+            args[name] = default
+        elif constexpr and name not in ("group_n", "group_k"):
+            args[name] = False  # quantisation / bias / TMA flags: off
         else:
-            args[param.name] = 0  # strides of absent tensors, block-quant group sizes
+            args[name] = 0  # strides of absent tensors, block-quant group sizes
     grid = (-(-em // config["BLOCK_SIZE_M"]) * -(-n_out // config["BLOCK_SIZE_N"]),)
     kernel[grid](
         **args,
