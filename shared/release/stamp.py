@@ -537,7 +537,21 @@ def _add_case_function(suite: str, name: str, function: str) -> str:
         raise StampError("the bench suite has no cases(quick) function")
     start = min([cases.lineno] + [d.lineno for d in cases.decorator_list])
     suite = _insert_after_line(suite, cases.end_lineno, f"    yield from {name}_cases(quick)\n")
-    return _insert_after_line(suite, start - 1, function.rstrip() + "\n\n\n")
+    suite = _insert_after_line(suite, start - 1, function.rstrip() + "\n\n\n")
+    return _import_token_grid(suite, tree)
+
+
+def _import_token_grid(suite: str, tree: ast.Module) -> str:
+    """The case template iterates ``token_grid``: import it where a suite does not (in isort
+    order: after the last ``from`` import of a module that sorts before ``shared.bench.shapes``)."""
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    bound = {a.asname or a.name for n in imports for a in n.names}
+    if "token_grid" in bound or not imports:
+        return suite
+    module = "shared.bench.shapes"
+    before = [n for n in imports if isinstance(n, ast.ImportFrom) and (n.module or "") < module]
+    anchor = (before or imports)[-1]
+    return _insert_after_line(suite, anchor.end_lineno, f"from {module} import token_grid\n")
 
 
 def plan_group(

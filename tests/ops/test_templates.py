@@ -108,11 +108,13 @@ def test_torch_only_op_has_no_cuda_parts(repo):
     pkg = repo / "packages" / "kernels-lplb" / "src" / "kernels_lplb"
     op_file = (pkg / "ops" / f"{TORCH_OP}.py").read_text()
     assert "ModuleSpec" not in op_file and "_cuda" not in op_file
-    assert not (pkg / "csrc").exists()
+    assert not (pkg / "csrc" / f"{TORCH_OP}.cuh").exists()
     init = (pkg / "__init__.py").read_text()
     assert f'op("{TORCH_OP}", "out = x (TODO: what the op computes)", dtypes=("int64",)),' in init
     suite = (repo / "shared" / "bench" / "suites" / "lplb.py").read_text()
-    assert f"    yield from {TORCH_OP}_cases(quick)\n" in suite and '"cuda": lambda' not in suite
+    assert f"    yield from {TORCH_OP}_cases(quick)\n" in suite
+    stamped_case = suite.partition(f"def {TORCH_OP}_cases(")[2].partition("\ndef ")[0]
+    assert stamped_case and '"cuda": lambda' not in stamped_case
 
 
 def test_new_group_stamps_a_whole_package(repo):
