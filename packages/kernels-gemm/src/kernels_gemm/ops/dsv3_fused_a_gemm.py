@@ -16,13 +16,13 @@ from __future__ import annotations
 import torch
 
 from kernels_gemm import reference
+from kernels_gemm._small_m import MAX_ROWS, rows_fit
 from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
 from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_out, check_pdl, check_same_device, check_tensor
 
 OP_ID = "gemm.dsv3_fused_a_gemm"
-MAX_ROWS = 16  # the CUDA kernel's M: one tensor-core tile of rows
 
 DSV3_FUSED_A_GEMM_CUDA = ModuleSpec(
     name="dsv3_fused_a_gemm",
@@ -73,12 +73,7 @@ def _dsv3_fused_a_gemm_cuda_eligible(
     k = a.shape[1]
     if k % 8:
         return f"K = {k} is not a multiple of 8 (16-byte rows)"
-    if k and not (
-        a.data_ptr() % 16 == 0
-        and (a.shape[0] <= 1 or a.stride(0) % 8 == 0)
-        and b.data_ptr() % 16 == 0
-        and (b.shape[1] <= 1 or b.stride(1) % 8 == 0)
-    ):
+    if not (rows_fit(a, k) and rows_fit(b.t(), k)):
         return "a rows or b columns are not 16-byte aligned"
     return None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from kernels_gemm import reference
+from kernels_gemm._small_m import MAX_ROWS, rows_fit
 from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
 from kernels_jit.loader import CompiledFunction
@@ -20,7 +21,6 @@ from kernels_jit.validation import check_out, check_pdl, check_same_device, chec
 
 OP_ID = "gemm.dsv3_router_gemm"
 OUT_DTYPES = (torch.float32, torch.bfloat16)
-MAX_ROWS = 16  # the CUDA kernel's M: one tensor-core tile of rows
 
 DSV3_ROUTER_GEMM_CUDA = ModuleSpec(
     name="dsv3_router_gemm",
@@ -52,11 +52,6 @@ def _dsv3_router_gemm_torch(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor)
     out.copy_(reference.dsv3_router_gemm(x, w, out.dtype))
 
 
-def _rows_fit(t: torch.Tensor, k: int) -> bool:
-    """16-byte rows of bf16: an aligned start and (past one row) a row stride % 8 == 0."""
-    return k == 0 or (t.data_ptr() % 16 == 0 and (t.shape[0] <= 1 or t.stride(0) % 8 == 0))
-
-
 def _dsv3_router_gemm_cuda_eligible(
     out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, enable_pdl: int
 ) -> str | None:
@@ -71,7 +66,7 @@ def _dsv3_router_gemm_cuda_eligible(
     k = x.shape[1]
     if k % 8:
         return f"K = {k} is not a multiple of 8 (16-byte rows)"
-    if not (_rows_fit(x, k) and _rows_fit(w, k)):
+    if not (rows_fit(x, k) and rows_fit(w, k)):
         return "x or w rows are not 16-byte aligned"
     return None
 

@@ -62,30 +62,25 @@ struct SharesLayout {
                                                int n_cap) {
     SharesLayout s{};
     int64_t at = ipm::work_bytes(m_cap, n_cap);
-    s.single = at;
-    at += static_cast<int64_t>(gpus) * 8;
-    s.a = at;
-    at += static_cast<int64_t>(m_cap) * ipm::odd_stride(n_cap) * 4;
-    s.bf = at;
-    at += static_cast<int64_t>(m_cap) * 4;
-    s.t = at;
-    at += static_cast<int64_t>(experts) * 4;
-    s.share = at;
-    at += static_cast<int64_t>(physical) * 4;
-    s.copies = at;
-    at += static_cast<int64_t>(experts) * 4;
-    s.cnt = at;
-    at += static_cast<int64_t>(experts) * 4;
-    s.row_of = at;
-    at += static_cast<int64_t>(experts) * 4;
-    s.var_off = at;
-    at += static_cast<int64_t>(experts) * 4;
-    s.seen = at;
-    at += static_cast<int64_t>(physical) * 4;
-    s.varslot = at;
-    at += static_cast<int64_t>(n_cap) * 4;
-    s.misc = at;
-    at += 4 * 4;
+    // Each region's offset, then the running end moves past its `bytes`.
+    auto take = [&at](int64_t bytes) {
+      const int64_t offset = at;
+      at += bytes;
+      return offset;
+    };
+    const int64_t e4 = static_cast<int64_t>(experts) * 4, p4 = static_cast<int64_t>(physical) * 4;
+    s.single = take(static_cast<int64_t>(gpus) * 8);
+    s.a = take(static_cast<int64_t>(m_cap) * ipm::odd_stride(n_cap) * 4);
+    s.bf = take(static_cast<int64_t>(m_cap) * 4);
+    s.t = take(e4);
+    s.share = take(p4);
+    s.copies = take(e4);
+    s.cnt = take(e4);
+    s.row_of = take(e4);
+    s.var_off = take(e4);
+    s.seen = take(p4);
+    s.varslot = take(static_cast<int64_t>(n_cap) * 4);
+    s.misc = take(4 * 4);
     s.bytes = at;
     return s;
   }

@@ -181,21 +181,17 @@ def fused_moe(
         check_out(OP_ID, out, like=hidden, shape=(tokens, dim))
     if tokens == 0:
         return out
-    if out is hidden and torch.compiler.is_compiling():
-        # A traced custom op must not mutate an alias of another of its inputs: compute into a
-        # fresh tensor and copy (eager calls write hidden directly: the sum runs after both GEMMs
-        # have read it).
-        result = torch.empty_like(hidden)
-        FUSED_MOE.run(
-            result, hidden, w1, w2, topk_weights, topk_ids, activation,
-            bool(apply_router_weight_on_input), routed_scaling_factor, backend=backend,
-        )  # fmt: skip
-        hidden.copy_(result)
-        return hidden
+    # A traced custom op must not mutate an alias of another of its inputs: under compile an
+    # in-place call computes into a fresh tensor and copies (eager calls write hidden directly:
+    # the sum runs after both GEMMs have read it).
+    staged = out is hidden and torch.compiler.is_compiling()
+    target = torch.empty_like(hidden) if staged else out
     FUSED_MOE.run(
-        out, hidden, w1, w2, topk_weights, topk_ids, activation,
+        target, hidden, w1, w2, topk_weights, topk_ids, activation,
         bool(apply_router_weight_on_input), routed_scaling_factor, backend=backend,
     )  # fmt: skip
+    if staged:
+        out.copy_(target)
     return out
 
 
