@@ -1,7 +1,11 @@
 """gemm.dsv3_router_gemm: router logits ``x @ w.T`` for small M (DeepSeek-V3: K = 7168, E = 256),
 fp32 out by default because the logits feed sigmoid and top-k routing.
 
-Backends: the pure-torch reference only (fp32 accumulation).
+Backends: ``cuda`` (csrc/small_m_gemm.cuh: tensor-core MMAs fed by 16-byte weight loads, the
+weight streamed once over every SM; for E = 256 clusters of 4 CTAs split K and reduce through
+distributed shared memory) for M <= 16 and K % 8 == 0 with 16-byte aligned rows; the torch
+reference (fp32 accumulation) for everything else: larger M (cuBLAS territory), odd K, misaligned
+views.
 """
 
 from __future__ import annotations
@@ -9,18 +13,73 @@ from __future__ import annotations
 import torch
 
 from kernels_gemm import reference
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
-from kernels_jit.validation import check_out, check_same_device, check_tensor
+from kernels_jit.loader import CompiledFunction
+from kernels_jit.validation import check_out, check_pdl, check_same_device, check_tensor
 
 OP_ID = "gemm.dsv3_router_gemm"
 OUT_DTYPES = (torch.float32, torch.bfloat16)
+MAX_ROWS = 16  # the CUDA kernel's M: one tensor-core tile of rows
+
+DSV3_ROUTER_GEMM_CUDA = ModuleSpec(
+    name="dsv3_router_gemm",
+    package="kernels_gemm",
+    sources=("csrc/dsv3_router_gemm.cuh",),
+    exports=(("dsv3_router_gemm", "dsv3_router_gemm"),),
+    description="CUDA: small-M tensor-core GEMM streaming the weight (clusters split K)",
+)
+
+_dsv3_router_gemm_cuda = CompiledFunction(DSV3_ROUTER_GEMM_CUDA, "dsv3_router_gemm")
+
+
+def _check(x: object, w: object, out: object | None, out_dtype: torch.dtype) -> None:
+    check_tensor(OP_ID, "x", x, dtypes=(torch.bfloat16,), ndim=2, last_dim_contiguous=True)
+    check_tensor(OP_ID, "w", w, dtypes=(torch.bfloat16,), ndim=2, last_dim_contiguous=True)
+    assert isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)
+    check_same_device(OP_ID, x=x, w=w)
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(
+            f"{OP_ID}: x [M, K] and w [E, K] must share K, got x {tuple(x.shape)} and "
+            f"w {tuple(w.shape)}"
+        )
+    if out is not None:
+        check_out(OP_ID, out, like=x, shape=(x.shape[0], w.shape[0]), dtype=out_dtype)
 
 
 def _dsv3_router_gemm_torch(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+    _check(x, w, out, out.dtype)
     out.copy_(reference.dsv3_router_gemm(x, w, out.dtype))
 
 
-DSV3_ROUTER_GEMM = Op(_dsv3_router_gemm_torch, mutates=("out",), device="x")
+def _rows_fit(t: torch.Tensor, k: int) -> bool:
+    """16-byte rows of bf16: an aligned start and (past one row) a row stride % 8 == 0."""
+    return k == 0 or (t.data_ptr() % 16 == 0 and (t.shape[0] <= 1 or t.stride(0) % 8 == 0))
+
+
+def _dsv3_router_gemm_cuda_eligible(
+    out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, enable_pdl: int
+) -> str | None:
+    """M <= 16 (one tile of rows; cuBLAS wins past it), K % 8 == 0 and 16-byte aligned rows.
+    Malformed arguments are left to the kernel, which rejects them with a ValueError."""
+    if x.dim() != 2 or w.dim() != 2:
+        return None
+    if x.shape[1] > 1 and (x.stride(1) != 1 or w.stride(1) != 1):
+        return None
+    if x.shape[0] > MAX_ROWS:
+        return f"M = {x.shape[0]} > {MAX_ROWS} rows (cuBLAS territory)"
+    k = x.shape[1]
+    if k % 8:
+        return f"K = {k} is not a multiple of 8 (16-byte rows)"
+    if not (_rows_fit(x, k) and _rows_fit(w, k)):
+        return "x or w rows are not 16-byte aligned"
+    return None
+
+
+DSV3_ROUTER_GEMM = Op(
+    _dsv3_router_gemm_torch, mutates=("out",), device="x", knobs={"enable_pdl": -1}
+)
+_TENSOR, _DTYPES = torch.Tensor, DSV3_ROUTER_GEMM.dtypes  # hot-path globals
 
 
 def dsv3_router_gemm(
@@ -30,36 +89,47 @@ def dsv3_router_gemm(
     out_dtype: torch.dtype = torch.float32,
     out: torch.Tensor | None = None,
     backend: str | None = None,
+    enable_pdl: bool | None = None,
 ) -> torch.Tensor:
     """Router logits ``out = x @ w.T`` with fp32 accumulation, rounded once to ``out_dtype``.
 
     Parameters
     ----------
-    x : [M, K] bfloat16, last dim contiguous (M <= 16 is the latency-optimised case; any M works).
+    x : [M, K] bfloat16, last dim contiguous, any row stride (M <= 16 is the latency-optimised
+        CUDA case; any M works).
     w : [E, K] bfloat16, last dim contiguous, any row stride.
     out_dtype : torch.float32 (default) or torch.bfloat16.
     out : optional destination [M, E] of ``out_dtype`` (may be a strided view).
-    backend : force a backend by name instead of the best eligible one.
+    backend : force ``cuda`` or ``torch`` instead of the best eligible one.
+    enable_pdl : programmatic dependent launch (the weight is prefetched into L2 while the
+        previous kernel finishes); None: on for sm_90+; True: always; False: never.
     """
-    check_tensor(OP_ID, "x", x, dtypes=(torch.bfloat16,), ndim=2, last_dim_contiguous=True)
-    check_tensor(OP_ID, "w", w, dtypes=(torch.bfloat16,), ndim=2, last_dim_contiguous=True)
-    check_same_device(OP_ID, x=x, w=w)
-    if x.shape[1] != w.shape[1]:
-        raise ValueError(
-            f"{OP_ID}: x [M, K] and w [E, K] must share K, got x {tuple(x.shape)} and "
-            f"w {tuple(w.shape)}"
-        )
     if out_dtype not in OUT_DTYPES:
         raise TypeError(
             f"{OP_ID}: out_dtype must be torch.float32 or torch.bfloat16, got {out_dtype}"
         )
-    shape = (x.shape[0], w.shape[0])
+    # On the CUDA fast path the compiled function checks shapes, strides, dtypes and devices.
+    fast = (
+        (backend is None or backend == "cuda")
+        and type(x) is _TENSOR
+        and x.is_cuda
+        and x.dtype in _DTYPES
+        and type(w) is _TENSOR
+        and x.dim() == 2
+        and w.dim() == 2
+    )
+    if not fast:
+        _check(x, w, out, out_dtype)
+    pdl = -1 if enable_pdl is None else check_pdl(OP_ID, enable_pdl)
     if out is None:
-        out = torch.empty(shape, dtype=out_dtype, device=x.device)
-    else:
-        check_out(OP_ID, out, like=x, shape=shape, dtype=out_dtype)
+        out = torch.empty((x.shape[0], w.shape[0]), dtype=out_dtype, device=x.device)
+    elif out.dtype != out_dtype:
+        raise TypeError(
+            f"{OP_ID}: out must have dtype {str(out_dtype).removeprefix('torch.')}, "
+            f"got {str(out.dtype).removeprefix('torch.')}"
+        )
     if out.numel():
-        DSV3_ROUTER_GEMM.run(out, x, w, backend=backend)
+        DSV3_ROUTER_GEMM.run(out, x, w, pdl, backend=backend)
     return out
 
 

@@ -1,0 +1,383 @@
+// The small-M GEMM engine of dsv3_router_gemm and dsv3_fused_a_gemm: out[m, n] = sum_k x[m, k] *
+// w[n, k] for M <= 16 rows of bf16 activations against a bf16 weight [N, K] (rows contiguous in K),
+// fp32 accumulation, the result rounded once to the output type (fp32 or bf16).
+//
+// At M <= 16 the op is weight-bandwidth bound (DeepSeek-V3: 256 x 7168 router = 3.7 MB, 2112 x 7168
+// fused q_a/kv_a = 30.3 MB), so the kernel streams the weight once with 16-byte loads and does its
+// arithmetic on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate): the M <= 16 rows are
+// the MMA's 16-row A operand (rows past M load as zeros; M <= 8 skips rows 8-15), 8 weight rows
+// its B operand.
+//
+// The k order inside a 32-wide chunk is a free permutation as long as A and B agree on it, so each
+// lane loads 16 contiguous bytes (8 k values) of its weight row and of its x rows: lane (g, t) of
+// an MMA pair holds k = chunk + 8t + {0..3} for the first MMA and 8t + {4..7} for the second, where
+// the MMA wants k = {2t, 2t+1, 2t+8, 2t+9}. One LDG.128 of weight feeds two MMAs, with no shuffles,
+// no shared-memory staging and no conversions.
+//
+// Work split: a CTA of kWarps warps owns kTiles groups of 8 weight rows (kTiles * 8 output columns)
+// over one K slice; its warps take contiguous runs of 32-wide chunks of that slice, kUnroll chunks
+// per stage, two stages in flight (ping-pong registers: loads of the next stage are issued before
+// the MMAs of the current one). When the columns alone leave SMs idle (the router: 32 groups of 8
+// experts for 132 SMs), `split` CTAs of a thread-block cluster take one K slice each and reduce
+// their partial tiles through distributed shared memory, in rank order (deterministic): no
+// workspace, no atomics, one launch. The host picks (kTiles, split) per shape (`plan`).
+//
+// PDL: launched with programmatic stream serialization, each CTA first prefetches its weight slice
+// into L2 (cp.async.bulk.prefetch: L2 is the point of coherence, so this can never observe stale
+// data even if the previous kernel writes the weight), then waits for the previous kernel
+// (griddepcontrol.wait) before reading anything through L1. The weight stream thus overlaps the
+// previous kernel's tail.
+#pragma once
+
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <kernels/checks.h>
+#include <kernels/cuda_dtype.cuh>
+#include <kernels/launch.cuh>
+#include <kernels/pdl.cuh>
+#include <kernels/tensor.h>
+#include <kernels/vec.cuh>
+
+#include <cstdint>
+
+namespace small_m_gemm {
+
+namespace cg = cooperative_groups;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kChunk = 32;     // k per chunk: two m16n8k16 MMAs
+constexpr int kMaxRows = 16;   // the MMA's M
+constexpr int kMaxSplit = 4;   // CTAs per cluster (K slices)
+constexpr int kVec = 8;        // bf16 per 16-byte load
+
+struct Params {
+  const __nv_bfloat16* x;  // [M, K], row stride sx (elements)
+  const __nv_bfloat16* w;  // [N, K], row stride sw
+  void* out;               // [M, N], strides so_m, so_n
+  int64_t sx;
+  int64_t sw;
+  int64_t so_m;
+  int64_t so_n;
+  int m;
+  int n;
+  int k;
+  int split;          // CTAs per cluster, each over one K slice
+  int slice_chunks;   // 32-wide chunks per slice
+};
+
+// Registers of one pipeline stage: kUnroll chunks of kTiles weight vectors and kHalves x vectors
+// (rows g and g + 8 of the MMA).
+template <int kUnroll, int kTiles, int kHalves>
+struct Stage {
+  uint4 w[kUnroll][kTiles];
+  uint4 x[kUnroll][kHalves];
+};
+
+__device__ __forceinline__ uint4 load_or_zero(const __nv_bfloat16* p, bool ok) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (ok) v = __ldg(reinterpret_cast<const uint4*>(p));
+  return v;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
+template <typename OutT>
+__device__ __forceinline__ void store_out(void* out, int64_t offset, float v) {
+  static_cast<OutT*>(out)[offset] = kernels::from_float<OutT>(v);
+}
+
+// kUnroll chosen so that one stage holds 16 vectors (64 registers); at least 2.
+template <int kTiles, int kHalves>
+struct Unroll {
+  static constexpr int value = 16 / (kTiles + kHalves) > 2 ? 16 / (kTiles + kHalves) : 2;
+};
+
+// grid: (column groups) * split CTAs, clusters of `split` consecutive CTAs; block: kThreads.
+template <typename OutT, int kTiles, int kHalves>
+__global__ void __launch_bounds__(kThreads, 1) gemm_kernel(bool pdl, Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kUnroll = Unroll<kTiles, kHalves>::value;
+  constexpr int kTileElems = kTiles * 128;  // a 16 x 8 fp32 tile per 8 columns
+  __shared__ __align__(16) float partial[kWarps][kTileElems];
+  __shared__ float total[kTileElems];
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int g = lane >> 2;  // MMA group: weight row within a tile, x rows g and g + 8
+  const int t = lane & 3;   // k quad
+  const int split = p.split;
+  const int rank = static_cast<int>(blockIdx.x) % split;
+  const int col0 = static_cast<int>(blockIdx.x) / split * (kTiles * 8);
+  const int chunks = (p.k + kChunk - 1) / kChunk;
+  const int slice_begin = rank * p.slice_chunks;
+  const int slice_end = min(slice_begin + p.slice_chunks, chunks);
+
+  if (pdl) {  // the weight slice into L2 ahead of the previous kernel's end (see the header)
+    const int r = threadIdx.x;
+    if (r < kTiles * 8 && col0 + r < p.n && slice_end > slice_begin) {
+      const int64_t k0 = static_cast<int64_t>(slice_begin) * kChunk;
+      const int64_t k1 = min(static_cast<int64_t>(slice_end) * kChunk, static_cast<int64_t>(p.k));
+      prefetch_l2(p.w + static_cast<int64_t>(col0 + r) * p.sw + k0,
+                  static_cast<uint32_t>((k1 - k0) * sizeof(__nv_bfloat16)));
+    }
+  }
+  kernels::pdl_wait();
+
+  // This lane's rows: weight row col0 + 8j + g of each tile; x rows g and g + 8.
+  const __nv_bfloat16* wrow[kTiles];
+  bool wok[kTiles];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int n = col0 + j * 8 + g;
+    wok[j] = n < p.n;
+    wrow[j] = p.w + static_cast<int64_t>(wok[j] ? n : 0) * p.sw + t * kVec;
+  }
+  const __nv_bfloat16* xrow[kHalves];
+  bool xok[kHalves];
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+    const int m = g + 8 * h;
+    xok[h] = m < p.m;
+    xrow[h] = p.x + static_cast<int64_t>(xok[h] ? m : 0) * p.sx + t * kVec;
+  }
+
+  // This warp's run of chunks.
+  const int per_warp = (slice_end - slice_begin + kWarps - 1) / kWarps;
+  const int run_begin = slice_begin + warp * per_warp;
+  const int run_end = min(run_begin + per_warp, slice_end);
+  const int stages = run_end > run_begin ? (run_end - run_begin + kUnroll - 1) / kUnroll : 0;
+
+  float acc[kTiles][4];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+  using S = Stage<kUnroll, kTiles, kHalves>;
+  auto load = [&](S& s, int stage) {
+    const int c0 = run_begin + stage * kUnroll;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u;
+      const int64_t k = static_cast<int64_t>(c) * kChunk;
+      // K % 8 == 0, so a lane's 8 values are all inside K or all outside.
+      const bool in = c < run_end && k + t * kVec < p.k;
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) s.w[u][j] = load_or_zero(wrow[j] + k, in && wok[j]);
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) s.x[u][h] = load_or_zero(xrow[h] + k, in && xok[h]);
+    }
+  };
+  auto compute = [&](const S& s) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint4 lo = s.x[u][0];
+      const uint4 hi = kHalves > 1 ? s.x[u][kHalves - 1] : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        const uint4 b = s.w[u][j];
+        mma_bf16(acc[j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+        mma_bf16(acc[j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+      }
+    }
+  };
+
+  // Two stages in flight: the next stage's loads go out before this stage's MMAs.
+  S a, b;
+  if (stages > 0) load(a, 0);
+#pragma unroll 1
+  for (int s = 0; s < stages; s += 2) {
+    if (s + 1 < stages) load(b, s + 1);
+    compute(a);
+    if (s + 2 < stages) load(a, s + 2);
+    if (s + 1 < stages) compute(b);
+  }
+  kernels::pdl_launch_dependents();
+
+  // The warps' tiles, summed in warp order.
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    *reinterpret_cast<float4*>(&partial[warp][j * 128 + lane * 4]) =
+        make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+  }
+  __syncthreads();
+  const int e = threadIdx.x;  // kTileElems <= kThreads: one element per thread
+  float sum = 0.0f;
+  if (e < kTileElems) {
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += partial[w][e];
+  }
+  // Element e of the tiles: tile j, lane l, value i of the MMA's C fragment.
+  const int j = e / 128, l = (e % 128) / 4, i = e % 4;
+  const int row = l / 4 + (i >= 2 ? 8 : 0);
+  const int col = col0 + j * 8 + (l % 4) * 2 + (i & 1);
+  const bool live = e < kTileElems && row < p.m && col < p.n;
+  if (split == 1) {
+    if (live) store_out<OutT>(p.out, row * p.so_m + col * p.so_n, sum);
+    return;
+  }
+  // Across the cluster: each CTA publishes its slice's tiles; rank e % split sums element e over
+  // the ranks in rank order and writes it.
+  if (e < kTileElems) total[e] = sum;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  if (live && e % split == rank) {
+    float v = 0.0f;
+    for (int q = 0; q < split; ++q) v += *cluster.map_shared_rank(&total[e], q);
+    store_out<OutT>(p.out, row * p.so_m + col * p.so_n, v);
+  }
+  cluster.sync();  // keep this CTA's tiles alive until every rank has read them
+#endif
+}
+
+using KernelFn = void (*)(bool, Params);
+
+template <typename OutT>
+inline KernelFn kernel_for(int tiles, int halves) {
+  if (tiles == 1) return halves == 1 ? gemm_kernel<OutT, 1, 1> : gemm_kernel<OutT, 1, 2>;
+  return halves == 1 ? gemm_kernel<OutT, 2, 1> : gemm_kernel<OutT, 2, 2>;
+}
+
+// (kTiles, split) for an [N, K] weight: the fewest weight bytes per SM (CTAs in waves of one per
+// SM), then the fewest column groups (each reads all of x), then the smallest cluster. Slices
+// keep at least 2 chunks per warp. DeepSeek-V3 on 132 SMs: router 256 x 7168 -> 8 experts per CTA
+// in clusters of 4 (128 CTAs); 384 experts -> 16 per CTA in clusters of 4 (96 CTAs); fused_a
+// 2112 x 7168 -> 16 columns per CTA, no split (132 CTAs).
+struct Plan {
+  int tiles = 1;
+  int split = 1;
+  int slice_chunks = 0;
+  int64_t ctas = 0;
+};
+
+inline Plan plan(int device, int64_t n, int64_t k) {
+  const int64_t sms = kernels::sm_count(device) > 0 ? kernels::sm_count(device) : 132;
+  const int64_t n_tiles = (n + 7) / 8;
+  const int64_t chunks = (k + kChunk - 1) / kChunk;
+  Plan best;
+  int64_t best_cost = -1, best_groups = 0;
+  for (int tiles = 2; tiles >= 1; --tiles) {
+    for (int split = 1; split <= kMaxSplit; split *= 2) {
+      if (split > 1 && chunks < static_cast<int64_t>(split) * kWarps * 2) continue;
+      const int64_t groups = (n_tiles + tiles - 1) / tiles;
+      const int64_t ctas = groups * split;
+      const int64_t slice = (chunks + split - 1) / split;
+      const int64_t cost = (ctas + sms - 1) / sms * tiles * slice;
+      const bool better = best_cost < 0 || cost < best_cost ||
+                          (cost == best_cost && groups < best_groups);
+      if (better) {
+        best_cost = cost;
+        best_groups = groups;
+        best.tiles = tiles;
+        best.split = split;
+        best.slice_chunks = static_cast<int>(slice);
+        best.ctas = ctas;
+      }
+    }
+  }
+  return best;
+}
+
+// OutT: float or __nv_bfloat16.
+template <typename OutT>
+inline void launch(const kernels::Launch& ctx, Params p) {
+  const Plan pl = plan(ctx.device, p.n, p.k);
+  p.split = pl.split;
+  p.slice_chunks = pl.slice_chunks;
+  const int halves = p.m > 8 ? 2 : 1;
+  const KernelFn kernel = kernel_for<OutT>(pl.tiles, halves);
+  const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device,
+                                         static_cast<unsigned>(pl.ctas), kThreads);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(pl.ctas));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = ctx.stream;
+  cudaLaunchAttribute attribute[2];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  attribute[1].id = cudaLaunchAttributeClusterDimension;
+  attribute[1].val.clusterDim.x = static_cast<unsigned>(pl.split);
+  attribute[1].val.clusterDim.y = 1;
+  attribute[1].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = pl.split > 1 ? 2 : 1;
+  kernels::check_launch(ctx.op, cudaLaunchKernelEx(&config, kernel, pdl, p));
+}
+
+// The checks both ops share, on the weight as [N, K] with row stride `w_stride` (the router's w
+// itself; fused_a's b [K, N] column-major read as its transpose). Returns false on empty output.
+inline bool check_and_fill(const char* op, tvm::ffi::TensorView out, tvm::ffi::TensorView x,
+                           const char* x_name, tvm::ffi::TensorView w, const char* w_name,
+                           int64_t n, int64_t k, int64_t w_stride, int64_t enable_pdl, Params& p) {
+  kernels::check_ndim(op, x_name, x, 2);
+  kernels::check_ndim(op, w_name, w, 2);
+  kernels::check_ndim(op, "out", out, 2);
+  kernels::check_device(op, x_name, x, kDLCUDA);
+  kernels::check_same_device(op, w_name, w, x_name, x);
+  kernels::check_same_device(op, "out", out, x_name, x);
+  TVM_FFI_CHECK(kernels::is_dtype(x.dtype(), kDLBfloat, 16), TypeError)
+      << op << ": " << x_name << " must be bfloat16";
+  TVM_FFI_CHECK(kernels::is_dtype(w.dtype(), kDLBfloat, 16), TypeError)
+      << op << ": " << w_name << " must be bfloat16";
+  kernels::check_last_dim_contiguous(op, x_name, x);
+  const int64_t m = x.size(0);
+  TVM_FFI_CHECK(x.size(1) == k, ValueError)
+      << op << ": " << x_name << " " << kernels::shape_string(x) << " and " << w_name << " "
+      << kernels::shape_string(w) << " must share K";
+  TVM_FFI_CHECK(out.size(0) == m && out.size(1) == n, ValueError)
+      << op << ": out must have shape [" << m << ", " << n << "], got "
+      << kernels::shape_string(out);
+  TVM_FFI_CHECK(m <= kMaxRows, ValueError)
+      << op << ": the CUDA kernel takes M <= " << kMaxRows << " rows, got " << m
+      << " (larger M runs on the torch backend)";
+  TVM_FFI_CHECK(k % kVec == 0, ValueError)
+      << op << ": the CUDA kernel needs K % 8 == 0 (16-byte rows), got K = " << k;
+  TVM_FFI_CHECK(n < (int64_t{1} << 30) && k < (int64_t{1} << 30), ValueError)
+      << op << ": the CUDA kernel takes N, K < 2^30, got N = " << n << ", K = " << k;
+  TVM_FFI_CHECK(enable_pdl >= -1 && enable_pdl <= 1, ValueError)
+      << op << ": enable_pdl must be -1 (auto), 0 or 1, got " << enable_pdl;
+  // Strides of one row, or of nothing at all (K = 0), are never used.
+  const int64_t sx = m > 1 && k > 0 ? x.stride(0) : 0;
+  const int64_t sw = n > 1 && k > 0 ? w_stride : 0;
+  TVM_FFI_CHECK(k == 0 || (kernels::is_aligned(kernels::data(x)) &&
+                           kernels::is_aligned(kernels::data(w)) && sx % kVec == 0 &&
+                           sw % kVec == 0),
+                ValueError)
+      << op << ": the CUDA kernel needs 16-byte aligned " << x_name << " and " << w_name
+      << " rows (data pointers, row strides % 8 == 0)";
+  kernels::check_no_overlap(op, "out", out, x_name, x);
+  kernels::check_no_overlap(op, "out", out, w_name, w);
+  p.x = kernels::data<const __nv_bfloat16>(x);
+  p.w = kernels::data<const __nv_bfloat16>(w);
+  p.out = kernels::data<void>(out);
+  p.sx = sx;
+  p.sw = sw;
+  p.so_m = out.stride(0);
+  p.so_n = out.stride(1);
+  p.m = static_cast<int>(m);
+  p.n = static_cast<int>(n);
+  p.k = static_cast<int>(k);
+  return m > 0 && n > 0;
+}
+
+}  // namespace small_m_gemm
