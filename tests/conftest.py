@@ -26,7 +26,21 @@ if not _has_gpu():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        return 0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _gpu_count() < 2:
+        multi = pytest.mark.skip(reason="needs at least 2 CUDA GPUs (run with -m multigpu)")
+        for item in items:
+            if "multigpu" in item.keywords:
+                item.add_marker(multi)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run with -m gpu on the H200)")

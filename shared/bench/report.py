@@ -74,6 +74,15 @@ def markdown(group: str, result: dict) -> str:
         + (EAGER_LEGEND if any("timing" in r for r in result["records"]) else ""),
         "",
         *([_peers_line(result), ""] if result.get("peers") else []),
+        *(
+            [
+                f"Merged later (`python -m shared.bench.merge`): {', '.join(u['ops'])} from "
+                f"commit {u.get('commit', '?')}, {u.get('date', '?')}, copy "
+                f"{u.get('copy_gbps', 0):.0f} GB/s, static compile {u.get('static_compile', '?')}."
+                for u in result.get("partial_updates", [])
+            ]
+            + ([""] if result.get("partial_updates") else [])
+        ),
         "| op | shape | dtype | ours | us | % of copy | torch copy of its bytes (us) | "
         + " | ".join(f"x {p}" for p in peers)
         + " |",

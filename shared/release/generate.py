@@ -48,8 +48,9 @@ TORCH_RANGE = "torch>=2.9,<3"
 REGISTRY_API_SINCE = "0.2.0"
 HEADERS_API_SINCE = {1: "0.1.0", 2: "0.2.0"}
 _REQUIRES_HEADERS = re.compile(r"^KERNELS_REQUIRE_HEADERS_API\((\d+)\)", re.M)
-# Groups whose fast path is Triton declare it; the rest need only torch and kernels-jit.
-TRITON_GROUPS: set[str] = set()
+# Groups with Triton backends (moe.fused_moe, attention.decode_attention) declare Triton, which
+# ships Linux wheels only; the rest need only torch and kernels-jit.
+TRITON_GROUPS: set[str] = {"attention", "moe"}
 # kernels-jit's own dependencies (why each: packages/kernels-jit/README.md).
 JIT_DEPENDENCIES = ("apache-tvm-ffi>=0.1.15,<0.2", "ninja>=1.11", "rich>=13", TORCH_RANGE)
 JIT_DESCRIPTION = (
@@ -184,7 +185,9 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 
 def render_group(group: str) -> str:
-    deps = [jit_range(group), TORCH_RANGE] + (["triton>=3.4"] if group in TRITON_GROUPS else [])
+    deps = [jit_range(group), TORCH_RANGE] + (
+        ["triton>=3.4; platform_system == 'Linux'"] if group in TRITON_GROUPS else []
+    )
     return _render(dist_name(group), f"kernels_{group}", GROUPS[group], deps)
 
 

@@ -1,17 +1,27 @@
 """lplb.lplb_dispatch: replica shares against hand-solved balancing problems (the optimum max GPU
 load is known), feasibility on random EPLB-like layouts, and the dispatch draw: replicas of the
 right expert only, frequencies following the shares, reproducibility, -1 for empty slots, the
-equal-split fallback, empty input, bad input, opcheck."""
+equal-split fallback, empty input, bad input, opcheck.
+
+The layout rules (phy2log in [0, L), log2phy its exact inverse, every expert placed) are checked by
+the reference always and by validate=True; the CUDA backend (one CTA for the LP, a thread per slot
+for the draw) is compared with the reference: shares to 1e-5, and the draw bit for bit against
+reference.dispatch_draw on the kernel's shares (same fp32 prefix sums, same project RNG)."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
 
 from kernels_lplb import lplb_dispatch, reference
+from kernels_lplb.ops import lplb_dispatch as dispatch_module
 from kernels_lplb.ops.lplb_dispatch import replicated_layout
+from shared.testing.devices import GPU
 
 I32 = torch.int32
+DEVICES = [pytest.param("cpu", id="cpu"), GPU]
 
 
 def gpu_loads(prob, log2phy, num_gpus, physical):
@@ -24,13 +34,17 @@ def gpu_loads(prob, log2phy, num_gpus, physical):
     return loads
 
 
-def test_balanced_split_hand_example():
+@pytest.mark.parametrize("device", DEVICES)
+def test_balanced_split_hand_example(device):
     # GPU 0 holds physical 0..2 (logical 0, 1, 2), GPU 1 holds 3..5 (logical 3, 0, 1).
     phy2log = torch.tensor([0, 1, 2, 3, 0, 1], dtype=I32)
     log2phy = torch.tensor([[0, 4], [1, 5], [2, -1], [3, -1]], dtype=I32)
     counts = torch.tensor([100, 50, 10, 10])
     topk = torch.randint(0, 4, (2000, 2), generator=torch.Generator().manual_seed(0), dtype=I32)
-    phys, prob = lplb_dispatch(topk, phy2log, log2phy, 2, counts=counts, seed=3)
+    phys, prob = lplb_dispatch(
+        *(t.to(device) for t in (topk, phy2log, log2phy)), 2, counts=counts.to(device), seed=3
+    )
+    phys, prob = phys.cpu(), prob.cpu()
     t = counts.double() / counts.sum()
     assert torch.allclose(prob.double().sum(dim=1), t, atol=1e-5)
     assert prob[2, 1] == 0 and prob[3, 1] == 0
@@ -46,24 +60,34 @@ def test_balanced_split_hand_example():
         assert abs(on_first - share) < 5 * (share * (1 - share) / n) ** 0.5 + 1e-9
 
 
-def test_single_copy_overload_sets_the_optimum():
+@pytest.mark.parametrize("device", DEVICES)
+def test_single_copy_overload_sets_the_optimum(device):
     # Expert 0 (60%) lives only on GPU 0, so the best max load is 0.6: expert 1's replica on
     # GPU 0 must get nothing and its replica on GPU 1 all of expert 1's 30%.
-    phy2log = torch.tensor([0, 1, 1, 2], dtype=I32)
-    log2phy = torch.tensor([[0, -1], [1, 2], [3, -1]], dtype=I32)
+    phy2log = torch.tensor([0, 1, 1, 2], dtype=I32, device=device)
+    log2phy = torch.tensor([[0, -1], [1, 2], [3, -1]], dtype=I32, device=device)
     _, prob = lplb_dispatch(
-        torch.zeros(1, 1, dtype=I32), phy2log, log2phy, 2, counts=torch.tensor([60, 30, 10])
+        torch.zeros(1, 1, dtype=I32, device=device),
+        phy2log,
+        log2phy,
+        2,
+        counts=torch.tensor([60, 30, 10], device=device),
     )
+    prob = prob.cpu()
     assert torch.allclose(prob, torch.tensor([[0.6, 0.0], [0.0, 0.3], [0.1, 0.0]]), atol=1e-5)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("experts", "extra", "gpus"), [(8, 4, 4), (32, 16, 8), (64, 8, 8)])
-def test_random_layouts_are_feasible_and_no_worse_than_equal_split(experts, extra, gpus):
+def test_random_layouts_are_feasible_and_no_worse_than_equal_split(experts, extra, gpus, device):
     phy2log, log2phy = replicated_layout(experts, extra, gpus, seed=experts)
     g = torch.Generator().manual_seed(extra)
     counts = torch.randint(0, 1000, (experts,), generator=g)
     topk = torch.randint(0, experts, (256, 8), generator=g, dtype=I32)
-    phys, prob = lplb_dispatch(topk, phy2log, log2phy, gpus, counts=counts, seed=1)
+    phys, prob = lplb_dispatch(
+        *(t.to(device) for t in (topk, phy2log, log2phy)), gpus, counts=counts.to(device), seed=1
+    )
+    phys, prob = phys.cpu(), prob.cpu()
     t = counts.double() / counts.sum()
     assert torch.allclose(prob.double().sum(dim=1), t, atol=1e-5)
     assert (prob >= 0).all() and (prob[log2phy < 0] == 0).all()
@@ -76,12 +100,15 @@ def test_random_layouts_are_feasible_and_no_worse_than_equal_split(experts, extr
     assert torch.equal(phy2log[phys.long()], topk)
 
 
-def test_reproducible_negative_slots_and_default_counts():
+@pytest.mark.parametrize("device", DEVICES)
+def test_reproducible_negative_slots_and_default_counts(device):
     phy2log, log2phy = replicated_layout(16, 8, 4, seed=2)
     topk = torch.randint(-1, 16, (100, 4), generator=torch.Generator().manual_seed(3), dtype=I32)
-    a, prob = lplb_dispatch(topk, phy2log, log2phy, 4, seed=9)
-    b, _ = lplb_dispatch(topk, phy2log, log2phy, 4, seed=9)
-    c, _ = lplb_dispatch(topk, phy2log, log2phy, 4, seed=10)
+    args = [t.to(device) for t in (topk, phy2log, log2phy)]
+    a, prob = lplb_dispatch(*args, 4, seed=9)
+    b, _ = lplb_dispatch(*args, 4, seed=9)
+    c, _ = lplb_dispatch(*args, 4, seed=10)
+    a, b, c, prob = a.cpu(), b.cpu(), c.cpu(), prob.cpu()
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert ((a == -1) == (topk < 0)).all()
     counts = torch.bincount(topk[topk >= 0].long(), minlength=16)
@@ -103,19 +130,91 @@ def test_zero_load_and_lp_failure_fallback(monkeypatch):
     assert torch.allclose(prob, torch.tensor([[0.375, 0.375], [0.125, 0.125]]))
 
 
-def test_empty_and_bad_input():
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_and_bad_input(device):
     phy2log, log2phy = replicated_layout(8, 4, 4, seed=4)
-    phys, prob = lplb_dispatch(torch.empty(0, 8, dtype=I32), phy2log, log2phy, 4)
+    phy2log, log2phy = phy2log.to(device), log2phy.to(device)
+    phys, prob = lplb_dispatch(torch.empty(0, 8, dtype=I32, device=device), phy2log, log2phy, 4)
     assert phys.shape == (0, 8) and prob.shape == log2phy.shape
-    topk = torch.zeros(3, 2, dtype=I32)
+    topk = torch.zeros(3, 2, dtype=I32, device=device)
+    v = {"validate": True}
     with pytest.raises(ValueError, match=r"num_gpus must be >= 1 and divide Pe = 12, got 5"):
         lplb_dispatch(topk, phy2log, log2phy, 5)
     with pytest.raises(ValueError, match=r"topk_ids must be < L = 8 \(or negative\), got 8"):
-        lplb_dispatch(topk + 8, phy2log, log2phy, 4)
+        lplb_dispatch(topk + 8, phy2log, log2phy, 4, **v)
     with pytest.raises(ValueError, match=r"counts must have L = 8 entries, got 3"):
-        lplb_dispatch(topk, phy2log, log2phy, 4, counts=torch.ones(3))
+        lplb_dispatch(topk, phy2log, log2phy, 4, counts=torch.ones(3, device=device))
     with pytest.raises(ValueError, match=r"log2phy must hold physical ids in \[0, 12\) or -1"):
-        lplb_dispatch(topk, phy2log, log2phy + 20, 4)
+        lplb_dispatch(topk, phy2log, log2phy + 20, 4, **v)
+    with pytest.raises(TypeError, match=r"topk_ids must have dtype"):
+        lplb_dispatch(topk.float(), phy2log, log2phy, 4)
+    with pytest.raises(ValueError, match=r"phy2log must have 1 dim"):
+        lplb_dispatch(topk, phy2log[None], log2phy, 4)
+    with pytest.raises(TypeError, match=r"validate must be a bool"):
+        lplb_dispatch(topk, phy2log, log2phy, 4, validate=1)
+
+
+def _bad_layouts():
+    """(phy2log, log2phy, message) triples that break one layout rule each (L = 3, Pe = 4)."""
+    good_p2l = torch.tensor([0, 1, 1, 2], dtype=I32)
+    good_l2p = torch.tensor([[0, -1], [1, 2], [3, -1]], dtype=I32)
+    return [
+        (torch.tensor([0, -1, 1, 2], dtype=I32), good_l2p, r"phy2log must hold logical ids"),
+        (torch.tensor([0, 1, 7, 2], dtype=I32), good_l2p, r"phy2log\[2\] = 7"),
+        # A permuted phy2log (log2phy left as it was): the maps disagree.
+        (torch.tensor([1, 0, 1, 2], dtype=I32), good_l2p, r"log2phy and phy2log disagree"),
+        # Slot 3 listed twice, slot 0 never.
+        (good_p2l, torch.tensor([[3, -1], [1, 2], [3, -1]], dtype=I32), r"exactly once"),
+        # Expert 2 has no slot (slot 3 belongs to expert 0).
+        (
+            torch.tensor([0, 1, 1, 0], dtype=I32),
+            torch.tensor([[0, 3], [1, 2], [-1, -1]], dtype=I32),
+            r"logical expert 2 has no physical slot",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", range(5))
+def test_layout_is_validated(device, case):
+    phy2log, log2phy, message = _bad_layouts()[case]
+    topk = torch.zeros(4, 2, dtype=I32, device=device)
+    args = (topk, phy2log.to(device), log2phy.to(device), 2)
+    with pytest.raises(ValueError, match=message):
+        lplb_dispatch(*args, validate=True)
+    with pytest.raises(ValueError, match=message):  # the reference always checks
+        lplb_dispatch(*args, backend="torch")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", range(5))
+def test_cuda_bad_layout_without_validate_is_loud(case):
+    # No host sync on the CUDA path: the kernel finds the broken layout itself and poisons the
+    # outputs (NaN shares, -1 ids) instead of reading out of bounds or returning plausible ids.
+    phy2log, log2phy, _ = _bad_layouts()[case]
+    topk = torch.tensor([[0, 1], [2, -1]], dtype=I32, device="cuda")
+    phys, prob = lplb_dispatch(topk, phy2log.cuda(), log2phy.cuda(), 2, backend="cuda")
+    assert prob.isnan().all() and (phys == -1).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_phy2log_decides_the_gpu_loads(device):
+    # The same experts, placed differently: in layout A expert 0's only slot shares GPU 0 with a
+    # copy of expert 1; in layout B (a consistent relabelling of the slots) expert 0 sits with
+    # expert 2 on GPU 1, and expert 1 has one copy per GPU. The optimum follows phy2log.
+    counts = torch.tensor([60, 30, 10], device=device)
+    topk = torch.zeros(1, 1, dtype=I32, device=device)
+    a_p2l = torch.tensor([0, 1, 1, 2], dtype=I32, device=device)
+    a_l2p = torch.tensor([[0, -1], [1, 2], [3, -1]], dtype=I32, device=device)
+    _, prob_a = lplb_dispatch(topk, a_p2l, a_l2p, 2, counts=counts)
+    assert torch.allclose(
+        prob_a.cpu(), torch.tensor([[0.6, 0.0], [0.0, 0.3], [0.1, 0.0]]), atol=1e-5
+    )
+    b_p2l = torch.tensor([1, 1, 0, 2], dtype=I32, device=device)  # GPU 0: 1, 1; GPU 1: 0, 2
+    b_l2p = torch.tensor([[2, -1], [0, 1], [3, -1]], dtype=I32, device=device)
+    _, prob_b = lplb_dispatch(topk, b_p2l, b_l2p, 2, counts=counts)
+    assert torch.allclose(prob_b.cpu().sum(dim=1), torch.tensor([0.6, 0.3, 0.1]), atol=1e-5)
+    assert torch.allclose(prob_b.cpu()[0], torch.tensor([0.6, 0.0]), atol=1e-5)
 
 
 def test_opcheck():
@@ -135,3 +234,108 @@ def test_opcheck():
         None,
     )
     torch.library.opcheck(LPLB_DISPATCH.torch_op, args)
+
+
+def _case(experts, extra, gpus, tokens, k, seed, index_dtype=I32):
+    phy2log, log2phy = replicated_layout(experts, extra, gpus, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    topk = torch.randint(-1, experts, (tokens, k), generator=g, dtype=I32)
+    counts = torch.randint(0, 5000, (experts,), generator=g)
+    return topk.to(index_dtype), phy2log.to(index_dtype), log2phy.to(index_dtype), counts
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("experts", "extra", "gpus", "tokens", "k"),
+    [
+        (256, 32, 8, 8192, 8),  # DeepSeek-V3 EP intra-node, T k = 64K
+        (256, 32, 8, 1, 8),
+        (256, 32, 32, 64, 8),
+        (16, 8, 4, 1, 1),
+        (64, 8, 8, 100, 6),
+        (96, 60, 3, 33, 5),  # odd sizes, three copies of some experts
+        (128, 64, 16, 1000, 3),
+    ],
+)
+@pytest.mark.parametrize("counts_kind", ["none", "int64", "int32", "float32"])
+def test_cuda_matches_reference(experts, extra, gpus, tokens, k, counts_kind):
+    topk, phy2log, log2phy, counts = _case(experts, extra, gpus, tokens, k, seed=experts + k)
+    given = None if counts_kind == "none" else counts.to(getattr(torch, counts_kind))
+    want_phys, want_prob = lplb_dispatch(
+        topk, phy2log, log2phy, gpus, counts=given, seed=5, backend="torch"
+    )
+    phys = torch.full((tokens, k), -7, dtype=I32, device="cuda")
+    prob = torch.full(log2phy.shape, float("nan"), device="cuda")
+    dispatch_module._lplb_dispatch_cuda(
+        phys, prob, topk.cuda(), phy2log.cuda(), log2phy.cuda(), gpus,
+        None if given is None else given.cuda(), 5,
+    )  # fmt: skip
+    prob, phys = prob.cpu(), phys.cpu()
+    assert torch.allclose(prob, want_prob, atol=1e-5, rtol=0)
+    assert (prob[log2phy < 0] == 0).all()
+    # The draw on the kernel's own shares is bit for bit the reference's.
+    assert torch.equal(phys, reference.dispatch_draw(topk, log2phy, prob, 5))
+    assert torch.equal(phys == -1, topk < 0)
+    assert torch.equal(phy2log.long()[phys[topk >= 0].long()], topk[topk >= 0].long())
+    # Shares close to the reference's: the draws agree but for slots near a CDF boundary.
+    assert (phys != want_phys).double().mean() < 1e-2
+
+
+@pytest.mark.gpu
+def test_cuda_int64_indices_and_out_of_range_ids():
+    topk, phy2log, log2phy, counts = _case(32, 8, 4, 50, 4, seed=3, index_dtype=torch.int64)
+    _, want_prob = lplb_dispatch(topk, phy2log, log2phy, 4, counts=counts, seed=2)
+    topk_c = topk.cuda()
+    phys, prob = lplb_dispatch(
+        topk_c, phy2log.cuda(), log2phy.cuda(), 4, counts=counts.cuda(), seed=2
+    )
+    assert torch.allclose(prob.cpu(), want_prob, atol=1e-5, rtol=0)
+    assert torch.equal(phys.cpu(), reference.dispatch_draw(topk, log2phy, prob.cpu(), 2))
+    topk_c[0, 0] = 32  # >= L without validate: that slot gets -1, no fault
+    phys, _ = lplb_dispatch(topk_c, phy2log.cuda(), log2phy.cuda(), 4, counts=counts.cuda(), seed=2)
+    assert phys[0, 0] == -1
+
+
+@pytest.mark.gpu
+def test_cuda_deterministic_graph_and_compile():
+    topk, phy2log, log2phy, counts = (t.cuda() for t in _case(256, 32, 8, 512, 8, seed=1))
+    want = lplb_dispatch(topk, phy2log, log2phy, 8, counts=counts, seed=11)
+    for _ in range(3):  # every rank computes the same shares and ids
+        again = lplb_dispatch(topk, phy2log, log2phy, 8, counts=counts, seed=11)
+        assert torch.equal(want[0], again[0]) and torch.equal(want[1], again[1])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        phys, prob = lplb_dispatch(topk, phy2log, log2phy, 8, counts=counts, seed=11)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(phys, want[0]) and torch.equal(prob, want[1])
+    compiled = torch.compile(
+        lambda t, p, l, c: lplb_dispatch(t, p, l, 8, counts=c, seed=11), fullgraph=True
+    )
+    phys, prob = compiled(topk, phy2log, log2phy, counts)
+    assert torch.equal(phys, want[0]) and torch.equal(prob, want[1])
+
+
+def test_cuda_eligibility():
+    e = dispatch_module._lplb_dispatch_cuda_eligible
+    phy2log, log2phy = replicated_layout(16, 8, 4)
+    topk = torch.zeros(4, 2, dtype=I32)
+    outs = (torch.empty(4, 2, dtype=I32), torch.empty(log2phy.shape))
+    assert e(*outs, topk, phy2log, log2phy, 4, None, 0) is None
+    assert "contiguous" in e(*outs, topk.t().contiguous().t(), phy2log, log2phy, 4, None, 0)
+    big_p2l = torch.zeros(1000, dtype=I32)
+    reason = e(*outs, topk, big_p2l, torch.zeros(16, 2, dtype=I32), 4, None, 0)
+    assert "shared memory" in reason
+
+
+@pytest.mark.gpu
+def test_cuda_fallback_runs_the_reference():
+    # Pe - L too large for the shared-memory LP: the reference runs (with a fallback warning).
+    topk, phy2log, log2phy, counts = _case(16, 300, 4, 20, 2, seed=4)
+    want = lplb_dispatch(topk, phy2log, log2phy, 4, counts=counts, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = lplb_dispatch(
+            topk.cuda(), phy2log.cuda(), log2phy.cuda(), 4, counts=counts.cuda(), seed=1
+        )
+    assert torch.allclose(got[1].cpu(), want[1], atol=1e-5)

@@ -16,8 +16,10 @@ def test_cuda_sources_compile_for_sm90a():
     ]
 
 
-# One call per kernel path: fwd 16-byte and scalar (contiguous, misaligned), several rounds,
-# short and padded sequences; update shifted/circular, L > 1; ssu packed/scalar, tied/full.
+# One call per kernel path: fwd channel-last CTA kernel, channel-first warp kernel (aligned and
+# misaligned rows) and the scalar kernel (unaligned channel-last rows), several rounds/iterations,
+# short and padded sequences; update vector path (state rows and channel-last state, shifted and
+# circular) and generic path (L > 1); ssu packed/scalar, tied/full.
 _MEMCHECK_SCRIPT = """
 import torch
 from kernels_mamba import causal_conv1d_fwd, causal_conv1d_update, selective_state_update
@@ -35,6 +37,15 @@ for dtype in (torch.bfloat16, torch.float32):
         causal_conv1d_fwd(xc, w, w[:, 0], states, qsl, idx, init)
         xb = torch.randn(2, 24, 77, device=dev, dtype=dtype)
         causal_conv1d_fwd(xb, w)
+        xs = torch.randn(2600, 27, device=dev, dtype=dtype)[:, :24].T
+        causal_conv1d_fwd(xs, w, None, states, qsl, idx, init)
+        xd = torch.randn(3, 24, device=dev, dtype=dtype)
+        sd = torch.randn(4, 24, width - 1, device=dev, dtype=dtype)
+        sl_state = torch.randn(4, width - 1, 24, device=dev, dtype=dtype).transpose(1, 2)
+        ui = torch.tensor([3, -1, 0], dtype=torch.int32, device=dev)
+        sl = torch.tensor([5, 0, 9], dtype=torch.int32, device=dev)
+        causal_conv1d_update(xd, sd, w.to(dtype), w[:, 0].to(dtype), "silu", conv_state_indices=ui)
+        causal_conv1d_update(xd, sl_state, w, None, "silu", cache_seqlens=sl, conv_state_indices=ui)
         xu = torch.randn(3, 24, 2, device=dev, dtype=dtype)
         st = torch.randn(4, 24, width + 2, device=dev, dtype=dtype)
         ui = torch.tensor([3, -1, 0], dtype=torch.int32, device=dev)

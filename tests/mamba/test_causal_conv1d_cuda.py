@@ -152,6 +152,47 @@ def test_update(device, backend, width, dtype, length, circular):
 
 
 @pytest.mark.parametrize(("device", "backend"), BACKENDS)
+@pytest.mark.parametrize("width", [2, 3, 4])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("circular", [False, True])
+@pytest.mark.parametrize("state_layout", ["rows", "channel_last"])
+@pytest.mark.parametrize("weight_like_x", [True, False])
+def test_update_decode_vector_path(
+    device, backend, width, dtype, circular, state_layout, weight_like_x
+):
+    """The decode shape (x [B, D], Ls = W-1, D a multiple of the 16-byte pack): 16-byte state,
+    x, tap and bias packs (weight and bias in the dtype of x) or scalar taps (fp32 weight), the
+    state as [S, D, W-1] rows or the [S, W-1, D] channel-last view, shifted or circular."""
+    batch, dim, slots = 6, 256, 9
+    x = randn(batch, dim, dtype=dtype, device=device, seed=width)
+    if state_layout == "rows":
+        state = randn(slots, dim, width - 1, dtype=dtype, device=device, seed=1)
+    else:
+        state = randn(slots, width - 1, dim, dtype=dtype, device=device, seed=1).transpose(1, 2)
+    wdtype = dtype if weight_like_x else torch.float32
+    weight = randn(dim, width, dtype=wdtype, device=device, seed=2)
+    bias = randn(dim, dtype=wdtype, device=device, seed=3)
+    idx = torch.tensor([8, -1, 0, 3, 2, 5], dtype=torch.int32, device=device)
+    seqlens = (
+        torch.tensor([0, 4, 9, 1, 17, 2], dtype=torch.int32, device=device) if circular else None
+    )
+    got_s, ref_s = state.clone(), state.clone()
+    if state_layout == "channel_last":  # keep the layout through the clones
+        got_s = state.transpose(1, 2).clone().transpose(1, 2)
+        ref_s = state.transpose(1, 2).clone().transpose(1, 2)
+    got_x, ref_x = x.clone(), x.clone()
+    kw = {"cache_seqlens": seqlens, "conv_state_indices": idx}
+    causal_conv1d_update(got_x, got_s, weight, bias, "silu", backend=backend, **kw)
+    causal_conv1d_update(ref_x, ref_s, weight, bias, "silu", backend="torch", **kw)
+    assert_close(got_x, ref_x, name="x")
+    assert_close(got_s, ref_s, name="conv_state")
+    causal_conv1d_update(got_x, got_s, weight, None, None, backend=backend)  # no bias, no idx
+    causal_conv1d_update(ref_x, ref_s, weight, None, None, backend="torch")
+    assert_close(got_x, ref_x, name="x")
+    assert_close(got_s, ref_s, name="conv_state")
+
+
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
 def test_update_strided_views_no_indices(device, backend):
     batch, dim, width = 3, 64, 4
     x = randn(batch, dim + 5, dtype=torch.bfloat16, device=device)[:, 2 : dim + 2]

@@ -14,6 +14,16 @@ Shapes (``bytes`` = each input read once, each output written once):
 - concat_mla_k: DeepSeek H = 128, Dn = 128, Dr = 64 bf16; k_nope a view of the kv_b output
   [T, H, 256], k_rope a view of the latent output [T, 576][:, 512:]. bytes = T H 128 2 +
   T 64 2 + T H 192 2.
+- decode_attention: Llama-3-8B (32 q / 8 KV heads, D = 128) bf16 at B 1-128 x L 512-8192, every
+  request L tokens over shuffled pages of 16 slots (token-level kv_indices); MLA (128 heads,
+  D = 576, Dv = 512, v a view of the one cache) at B 1 and 64, L 4096. bytes = the KV bytes read
+  (B L Hk (D + Dv) 2; MLA: B L 576 2) + q + o + kv_indices and kv_indptr (4 B each). The torch
+  peers run the reference's arithmetic without its host-side index check, in at most 4 chunks of
+  tokens. Peer ``vllm_triton``: vLLM's Triton decode attention (SGLang's split-KV kernel with a
+  [B, pages] block table, ``decode_attention_fwd``), cut from the vLLM 0.33.0 wheel by
+  ``python -m shared.bench.fetch_peers vllm_decode_attention`` into the ignored
+  ``.peers/vllm_decode_attention/kernel.py`` (skipped where absent), with 8 KV splits (SGLang's
+  default ``--triton-attention-num-kv-splits``) and the same pages as its block table.
 
 The torch rope reference checks the positions on the host (a synchronisation that CUDA-graph
 capture forbids): torch_eager and torch_compile run the same arithmetic without that check.
@@ -21,6 +31,9 @@ capture forbids): torch_eager and torch_compile run the same arithmetic without 
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import sys
 from collections.abc import Iterator
 
 import torch
@@ -28,7 +41,7 @@ import torch
 import kernels_attention as attention  # the public ops, resolved lazily by the group
 from kernels_attention import reference
 from shared.bench.harness import Case
-from shared.bench.peers import Checked, sglang, torch_compile, vllm
+from shared.bench.peers import PEERS_DIR, Checked, sglang, torch_compile, vllm
 
 DTYPE = torch.bfloat16
 TOKENS = (1, 16, 64, 1024, 8192, 32768)
@@ -255,7 +268,115 @@ def concat_mla_k_cases(quick: bool) -> Iterator[Case]:
         )
 
 
+# --- decode_attention ----------------------------------------------------------------------------
+
+DECODE_BATCHES = (1, 8, 64, 128)
+DECODE_LENGTHS = (512, 1024, 4096, 8192)
+QUICK_DECODE = ((1, 512), (1, 1024), (8, 4096), (64, 4096), (128, 8192))
+MLA_DECODE = ((1, 4096), (64, 4096))
+PAGE = 16
+VLLM_DECODE_SPLITS = 8
+
+
+@functools.cache
+def _vllm_decode_attention():
+    """``decode_attention_fwd`` of the vLLM Triton source in .peers/, or None where absent."""
+    path = PEERS_DIR / "vllm_decode_attention" / "kernel.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("kernels_peer_vllm_decode_attention", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # triton reads the kernels' source through their module
+    spec.loader.exec_module(module)
+    return module.decode_attention_fwd
+
+
+def _vllm_decode_call(fwd, s: dict) -> torch.Tensor:
+    fwd(s["q"], s["k"], s["v"], s["out_peer"], s["lse_peer"], s["block_table"], s["seq_lens"],
+        s["logits_peer"], VLLM_DECODE_SPLITS, s["scale"], PAGE)  # fmt: skip
+    return s["out_peer"]
+
+
+def _decode_math(s: dict) -> torch.Tensor:
+    """The reference's arithmetic (no host-side index check), in at most 4 chunks of tokens."""
+    chunk = max(32768, -(-s["kv_indices"].numel() // 4))
+    o, _ = reference.decode_attention_math(
+        s["q"], s["k"], s["v"], s["kv_indptr"], s["kv_indices"], s["scale"], chunk=chunk
+    )
+    return o
+
+
+def decode_attention_cases(quick: bool) -> Iterator[Case]:
+    grid = (
+        [(b, n, HQ, HK, HEAD, HEAD) for b, n in QUICK_DECODE]
+        if quick
+        else [(b, n, HQ, HK, HEAD, HEAD) for b in DECODE_BATCHES for n in DECODE_LENGTHS]
+    )
+    grid += [(b, n, 128, 1, 576, 512) for b, n in MLA_DECODE[: 1 if quick else None]]
+    for batch, length, hq, hk, d, dv in grid:
+        mla = d == 576
+
+        def make(batch=batch, length=length, hq=hq, hk=hk, d=d, dv=dv, mla=mla):
+            pages = batch * -(-length // PAGE)
+            order = torch.randperm(pages, device="cuda").view(batch, -1)
+            slots = order[..., None] * PAGE + torch.arange(PAGE, device="cuda")
+            k = torch.randn(pages * PAGE, hk, d, device="cuda").to(DTYPE)
+            return {
+                "q": torch.randn(batch, hq, d, device="cuda").to(DTYPE),
+                "k": k,
+                "v": k[..., :dv] if mla else torch.randn_like(k[..., :dv]),
+                "kv_indptr": (torch.arange(batch + 1, device="cuda") * length).int(),
+                "kv_indices": slots.view(batch, -1)[:, :length].flatten().int(),
+                "scale": 192**-0.5 if mla else d**-0.5,
+                "out": torch.empty(batch, hq, dv, device="cuda", dtype=DTYPE),
+                # the vLLM peer: pages as a block table, its outputs and split workspace
+                "block_table": order.int(),
+                "seq_lens": torch.full((batch,), length, device="cuda", dtype=torch.int32),
+                "out_peer": torch.empty(batch, hq, dv, device="cuda", dtype=DTYPE),
+                "lse_peer": torch.empty(batch, hq, device="cuda"),
+                "logits_peer": torch.empty(
+                    batch, hq, VLLM_DECODE_SPLITS, dv + 1, device="cuda", dtype=torch.float32
+                ),
+            }
+
+        def args(s):
+            return s["q"], s["k"], s["v"], s["kv_indptr"], s["kv_indices"], s["scale"]
+
+        impls = {
+            "triton": lambda s: attention.decode_attention(
+                *args(s), out=s["out"], backend="triton"
+            ),
+            "torch_eager": _decode_math,
+            "torch_compile": torch_compile(
+                _decode_math, [batch, length, hq, hk, d], lambda f, s: f(s)
+            ),
+        }
+        vllm_fwd = _vllm_decode_attention()
+        if vllm_fwd is not None:
+            impls["vllm_triton"] = Checked(
+                lambda s, fwd=vllm_fwd: _vllm_decode_call(fwd, s),
+                expected=_decode_math,
+                outputs=lambda s, returned: returned,
+            )
+        kv_bytes = batch * length * hk * (d if mla else d + dv) * DTYPE.itemsize
+        yield Case(
+            op="decode_attention",
+            shape=[batch, length, hq, hk, d],
+            dtype=DTYPE,
+            # KV read once (MLA: one 576-wide cache), q read, o written, indices read
+            bytes=kv_bytes
+            + batch * hq * (d + dv) * DTYPE.itemsize
+            + batch * length * 4
+            + (batch + 1) * 4,
+            make_inputs=make,
+            impls=impls,
+            note=("MLA, v = k[..., :512]" if mla else "Llama-3-8B GQA 32/8")
+            + f", {PAGE}-slot pages shuffled, token-level kv_indices",
+        )
+
+
 def cases(quick: bool) -> Iterator[Case]:
     yield from merge_state_cases(quick)
     yield from rope_cases(quick)
     yield from concat_mla_k_cases(quick)
+    yield from decode_attention_cases(quick)

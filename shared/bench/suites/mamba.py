@@ -2,14 +2,25 @@
 torch.compile of the reference and sglang-kernel 0.4.5's CUDA causal_conv1d_fwd/update (checked
 against the reference first; a binding that disagrees is reported skipped, not timed).
 
-Expected ceilings (H200, copy ~4.27 TB/s): causal_conv1d_fwd moves x twice (read + write in
+Expected ceilings (H200, copy ~4.24 TB/s): causal_conv1d_fwd moves x twice (read + write in
 place): 1 x 4096 x 4096 bf16 = 67 MB -> ~16 us; causal_conv1d_update moves x and the state row
 twice (B x D x (1 + (W-1)) x 2 x 2 bytes); selective_state_update moves the state twice (Mamba2-2.7B
 fp32: 80 x 64 x 128 x 4 = 2.6 MB per sequence and direction -> B = 64: 336 MB, ~79 us). The ops
 work in place, so repeated timing calls keep updating the same buffers (values stay bounded).
 
-Shapes: causal_conv1d_fwd [layout, Bt, D, L]; causal_conv1d_update [B, D, W]; selective_state_update
-[B, nh, hd, ds] with the state dtype in the note.
+The references are capturable (no host sync while a graph is captured), so torch_eager and
+torch_compile are timed under CUDA graphs like the kernels.
+
+Shapes (the issue's target shapes: batch 1, dim 4096, L 512..4096):
+- causal_conv1d_fwd, one varlen sequence (query_start_loc [0, L]) of D = 4096 channels with an
+  initial state: ``[1, D, L]`` = (sequences, channels, tokens) for the channel-first x [D, L]
+  (contiguous, stride 1 along time); ``[L, D]`` = (tokens, channels) for the channel-last x, the
+  ``proj_out[:, :D].T`` view of a token-major projection [L, D + 256] (stride 1 along channels).
+  sglang-kernel's causal_conv1d_fwd reads x as contiguous along time (it ignores the time stride),
+  so it runs on the channel-first cases only.
+- causal_conv1d_update ``[B, D, W]``: B sequences, D channels, width W (state [B, D, W-1]).
+- selective_state_update ``[B, nh, hd, ds]``; the case's dtype is the state's (fp32 or bf16), the
+  bytes that matter; x, dt, B, C, z and out are bf16.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from shared.bench.harness import Case
 from shared.bench.peers import Checked, sglang, torch_compile
 
 DTYPE = torch.bfloat16
+VIEWS = {"channel_last": "the [L, D] proj_out view", "contiguous": "[D, L] contiguous"}
 
 
 def conv_fwd_cases(quick: bool) -> Iterator[Case]:
@@ -60,7 +72,11 @@ def conv_fwd_cases(quick: bool) -> Iterator[Case]:
                     lambda f, s: f(*args(s), "silu"),
                 ),
             }
-            if sgl is not None:
+            # sgl_kernel::causal_conv1d_fwd(x, weight, bias_, conv_states, query_start_loc,
+            # cache_indices, has_initial_state, bool silu_activation, int pad_slot_id): the
+            # argument order matches; its kernel loads x rows as contiguous along time, so a
+            # channel-last view gave wrong values there (the failed check), not a wrong binding.
+            if sgl is not None and layout == "contiguous":
                 impls["sglang"] = Checked(
                     lambda s, op=sgl.causal_conv1d_fwd: op(*args(s), True, -1),
                     expected=lambda s: _conv_fwd_expected(s, args),
@@ -68,12 +84,13 @@ def conv_fwd_cases(quick: bool) -> Iterator[Case]:
                 )
             yield Case(
                 op="causal_conv1d_fwd",
-                shape=[dim, length],
+                shape=[length, dim] if layout == "channel_last" else [1, dim, length],
                 dtype=DTYPE,
                 bytes=2 * dim * length * DTYPE.itemsize + 2 * dim * (width - 1) * DTYPE.itemsize,
                 make_inputs=make,
                 impls=impls,
-                note=f"{layout} varlen x, one sequence with an initial state, W={width}, silu",
+                note=f"{layout} varlen x ({VIEWS[layout]}), one sequence with an initial state, "
+                f"W={width}, silu",
             )
 
 
@@ -116,9 +133,12 @@ def conv_update_cases(quick: bool) -> Iterator[Case]:
             ),
         }
         if sgl is not None:
+            # sgl_kernel::causal_conv1d_update(x, conv_state, weight, bias_, bool silu_activation,
+            # cache_seqlens_, conv_state_indices_, int pad_slot_id) takes x as [B, D, L] only
+            # (it reads sizes[2]): the decode x [B, D] goes in as the view [B, D, 1].
             impls["sglang"] = Checked(
                 lambda s, op=sgl.causal_conv1d_update: op(
-                    s["x"], s["s"], s["w"], s["b"], True, None, s["idx"], -1
+                    s["x"].unsqueeze(-1), s["s"], s["w"], s["b"], True, None, s["idx"], -1
                 ),
                 expected=_conv_update_expected,
                 outputs=lambda s, _: (s["x"], s["s"]),
@@ -130,7 +150,7 @@ def conv_update_cases(quick: bool) -> Iterator[Case]:
             bytes=2 * batch * dim * width * DTYPE.itemsize,  # x and the W-1 state, read + write
             make_inputs=make,
             impls=impls,
-            note="one decode step, conv_state_indices, silu",
+            note=f"one decode step: x [B, D], state [B, D, {width - 1}], conv_state_indices, silu",
         )
 
 
@@ -184,7 +204,7 @@ def ssu_cases(quick: bool) -> Iterator[Case]:
             yield Case(
                 op="selective_state_update",
                 shape=[batch, heads, hd, ds],
-                dtype=DTYPE,
+                dtype=state_dtype,  # the bytes' dtype; x, dt, B, C, z and out are bf16
                 bytes=2 * batch * heads * hd * ds * elem  # the state, read + write
                 + 3 * batch * heads * hd * DTYPE.itemsize  # x, z, out
                 + 2 * batch * groups * ds * DTYPE.itemsize,  # B, C

@@ -4,6 +4,14 @@ peers.py), sglang-kernel 0.4.5 (``torch.ops.sgl_kernel``: topk_softmax, moe_alig
 moe_sum_reduce) and vLLM 0.33.0 (``torch.ops._moe_C``: topk_softmax, grouped_topk,
 moe_align_block_size, moe_sum) where they have the op, on the same inputs.
 
+fused_moe (Mixtral E 8 k 2 H 4096 I 14336 and DeepSeek-style E 256 k 8 H 7168 I 2048, T 1 to
+16384) is compute-bound past small T, so its records carry ``tflops`` (Case.flops = 2*T*k*H*3I).
+Its peers: ``vllm_triton``, vLLM's Triton fused_moe kernel with its shipped H200 configs
+(``shared/bench/peer_fused_moe``; needs ``python -m shared.bench.fetch_peers vllm_fused_moe``
+and ``.peers/vllm_fused_moe`` carried), and ``torch_grouped_mm`` (torch eager with
+``torch._grouped_mm``; the reference itself syncs per expert and cannot be graph-captured). Each
+case allocates its own weights (up to 22.5 GB for the DeepSeek shape, one input set).
+
 Peers are called through their registered schema (``_schema_call``: arguments by name, any
 further optional argument None), so a version that adds an optional argument still binds, and
 each is wrapped in ``Checked`` (a wrong binding is reported skipped, never timed). Outputs that are
@@ -336,8 +344,97 @@ def moe_sum_reduce_cases(quick: bool) -> Iterator[Case]:
         )
 
 
+# --- fused_moe -----------------------------------------------------------------------------------
+
+FUSED_TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
+QUICK_FUSED_TOKENS = (1, 64, 4096)
+FUSED_MODELS = {  # name: (E, k, H, I)
+    "mixtral": (8, 2, 4096, 14336),
+    "deepseek": (256, 8, 7168, 2048),
+}
+
+
+def _grouped_mm_moe(hidden, w1, w2, weights, ids, out):
+    """A torch eager fused MoE that a CUDA graph can capture (the reference syncs on the host
+    per expert): slots sorted by expert, ``torch._grouped_mm`` for both GEMMs over the device
+    offsets, eager silu_and_mul, weight, scatter back and k-sum."""
+    tokens, k = ids.shape
+    experts, inter = w1.shape[0], w2.shape[2]
+    flat = ids.reshape(-1).long()
+    order = torch.argsort(flat)
+    counts = torch.zeros(experts, dtype=torch.int32, device=ids.device)
+    counts.scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
+    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    x = hidden[order // k]
+    gate_up = torch._grouped_mm(x, w1.transpose(1, 2), offs=offs)
+    act = torch.nn.functional.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+    y = torch._grouped_mm(act, w2.transpose(1, 2), offs=offs)
+    y = (y.float() * weights.reshape(-1)[order, None]).to(hidden.dtype)
+    slots = torch.empty_like(y).index_copy_(0, order, y)
+    return moe.moe_sum_reduce(slots.view(tokens, k, -1), out=out)
+
+
+def fused_moe_cases(quick: bool) -> Iterator[Case]:
+    from shared.bench import peer_fused_moe
+
+    peer = peer_fused_moe.kernel_module() is not None
+    dtype = torch.bfloat16
+    for model, (experts, k, hidden, inter) in FUSED_MODELS.items():
+        for tokens in QUICK_FUSED_TOKENS if quick else FUSED_TOKENS:
+
+            def make(tokens=tokens, experts=experts, k=k, hidden=hidden, inter=inter):
+                ids = torch.argsort(torch.rand(tokens, experts, device="cuda"), dim=1)[:, :k]
+                return {
+                    "h": torch.randn(tokens, hidden, device="cuda").to(dtype),
+                    "w1": torch.randn(experts, 2 * inter, hidden, device="cuda", dtype=dtype)
+                    * hidden**-0.5,
+                    "w2": torch.randn(experts, hidden, inter, device="cuda", dtype=dtype)
+                    * inter**-0.5,
+                    "w": torch.rand(tokens, k, device="cuda"),
+                    "ids": ids.to(torch.int32).contiguous(),
+                    "out": torch.empty(tokens, hidden, device="cuda", dtype=dtype),
+                }
+
+            def args(s):
+                return s["h"], s["w1"], s["w2"], s["w"], s["ids"]
+
+            def expected(s):
+                return reference.fused_moe(*args(s))
+
+            impls = {
+                "triton": lambda s: moe.fused_moe(*args(s), out=s["out"], backend="triton"),
+                "torch_grouped_mm": Checked(
+                    lambda s: _grouped_mm_moe(*args(s), s["out"]),
+                    expected=expected,
+                    outputs=lambda s, out: out,
+                ),
+            }
+            if peer:
+                impls["vllm_triton"] = Checked(
+                    lambda s: peer_fused_moe.fused_moe(*args(s), s["out"]),
+                    expected=expected,
+                    outputs=lambda s, out: out,
+                )
+            # Expected distinct experts hit by T tokens of k uniform distinct picks.
+            active = experts * (1 - (1 - k / experts) ** tokens)
+            weight_bytes = active * 3 * inter * hidden * dtype.itemsize
+            yield Case(
+                op="fused_moe",
+                shape=[tokens, experts, k, hidden, inter],
+                dtype=dtype,
+                # read hidden and the active experts' w1 + w2 once, write out
+                bytes=int(weight_bytes) + 2 * tokens * hidden * dtype.itemsize,
+                flops=2 * tokens * k * hidden * 3 * inter,
+                make_inputs=make,
+                impls=impls,
+                note=f"{model}: shape [T, E, k, H, I]; uniform routing; bytes count the "
+                "expected active experts' weights once",
+            )
+
+
 def cases(quick: bool) -> Iterator[Case]:
     yield from topk_softmax_cases(quick)
     yield from gate_topk_renorm_cases(quick)
     yield from moe_align_block_size_cases(quick)
     yield from moe_sum_reduce_cases(quick)
+    yield from fused_moe_cases(quick)

@@ -4,7 +4,12 @@ sglang-kernel 0.4.5's CUDA ``verify_tree_greedy`` / ``segment_packbits`` (checke
 reference at their first call, ``peers.Checked``: a wrong binding is reported skipped, not timed).
 
 The references check index ranges on the host (a sync), which CUDA-graph capture rejects: where
-that happens the harness reports the eager / compiled reference skipped.
+that happens the harness times the eager / compiled reference by eager launches, marked
+"(eager)". The references' inverse-CDF draw counts ``cdf <= u * total`` instead of calling
+``torch.searchsorted`` (the same index on a non-decreasing cdf), which torch.compile's inductor
+failed to lower ("list indices must be integers or slices, not NoneType"). No sglang peer for
+chain_speculative_sampling: sgl-kernel's tree_speculative_sampling_target_only takes its own
+uniform samples (not the project RNG), so its tokens cannot be checked against the reference.
 
 Shapes (``bytes`` = each input read once, each output written once, unless said):
 - verify_tree_greedy: B in (1, 16, 64, 256) requests of N in (8, 64) draft nodes, S = 8 steps

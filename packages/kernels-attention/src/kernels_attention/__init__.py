@@ -18,7 +18,16 @@ OPS = register_group(
        "cuda", dtypes=FLOATS),
     op("concat_mla_k", "MLA key [T, H, nope+rope] from per-head nope and a shared rope part",
        "cuda", dtypes=(*FLOATS, "float8_e4m3fn")),
+    op("decode_attention", "paged GQA/MLA decode attention, split-KV; logit cap, sinks, fp8 KV",
+       "triton", dtypes=("float16", "bfloat16")),
 )  # fmt: skip
 
-__all__ = ["OPS", "__version__", "concat_mla_k", "merge_state", "rope_inplace"]
+__all__ = [
+    "OPS",
+    "__version__",
+    "concat_mla_k",
+    "decode_attention",
+    "merge_state",
+    "rope_inplace",
+]
 __getattr__ = lazy_ops(__name__, OPS)

@@ -15,13 +15,25 @@ from kernels_jit.registry import FLOATS, lazy_ops, op, register_group
 OPS = register_group(
     __name__,
     op("custom_all_reduce", "single-node all-reduce (sum), fp32 accumulation, out of place",
-       dtypes=FLOATS),
+       "cuda", dtypes=FLOATS),
     op("all_reduce_add_rmsnorm", "all-reduce fused with residual add and RMSNorm, in place",
-       dtypes=FLOATS),
+       "cuda", dtypes=FLOATS),
 )  # fmt: skip
 
-__all__ = ["OPS", "CustomAllReduce", "__version__", "all_reduce_add_rmsnorm", "custom_all_reduce"]
+__all__ = [
+    "OPS",
+    "CommunicationError",
+    "CustomAllReduce",
+    "__version__",
+    "all_reduce_add_rmsnorm",
+    "custom_all_reduce",
+]
 
 __getattr__ = lazy_ops(
-    __name__, OPS, extras={"CustomAllReduce": "kernels_communication.comm:CustomAllReduce"}
+    __name__,
+    OPS,
+    extras={
+        "CustomAllReduce": "kernels_communication.comm:CustomAllReduce",
+        "CommunicationError": "kernels_communication.comm:CommunicationError",
+    },
 )

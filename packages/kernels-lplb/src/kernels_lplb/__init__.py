@@ -14,9 +14,9 @@ from kernels_lplb.version import __version__
 OPS = register_group(
     __name__,
     op("solve_lp", "batched small dense LPs min c.x, Ax = b, x >= 0 (primal-dual interior point)",
-       dtypes=("float32", "float64")),
+       "cuda", dtypes=("float32", "float64")),
     op("lplb_dispatch", "LP replica shares from expert load, then reproducible token -> replica "
-       "dispatch", dtypes=("int32", "int64")),
+       "dispatch", "cuda", dtypes=("int32", "int64")),
 )  # fmt: skip
 
 __all__ = ["OPS", "__version__", "lplb_dispatch", "solve_lp"]

@@ -8,9 +8,11 @@ Cholesky whose pivots below 1e-12 of the largest diagonal entry are treated as d
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from kernels_jit.rng import uniform
+from kernels_jit.rng import to_int64, uniform
 
 CONVERGED, MAX_ITERS, INFEASIBLE_OR_UNBOUNDED = 0, 1, 2
 PIVOT_FLOOR = 1e-12
@@ -20,15 +22,20 @@ BLOWUP = 1e10
 RAY_SIZE = 1e4
 
 
-def cholesky_floored(m: torch.Tensor) -> torch.Tensor:
-    """Lower Cholesky factor of symmetric PSD [P, k, k] (float64); dependent rows get 1e64."""
+def cholesky_floored(m: torch.Tensor, dependent: torch.Tensor | None = None) -> torch.Tensor:
+    """Lower Cholesky factor of symmetric PSD [P, k, k] (float64); dependent rows (pivot <= 1e-12
+    of the largest diagonal entry) get pivot 1e64, and ``dependent`` (bool [P], if given) is set
+    where a problem has one."""
     k = m.shape[1]
     factor = torch.zeros_like(m)
     floor = PIVOT_FLOOR * m.diagonal(dim1=1, dim2=2).amax(dim=1).clamp(min=1e-300)
     for j in range(k):
         row = factor[:, j, :j]
         pivot = m[:, j, j] - (row * row).sum(dim=1)
-        pivot = torch.where(pivot <= floor, DEPENDENT_PIVOT, pivot)
+        floored = pivot <= floor
+        if dependent is not None:
+            dependent |= floored
+        pivot = torch.where(floored, DEPENDENT_PIVOT, pivot)
         factor[:, j, j] = pivot.sqrt()
         if j + 1 < k:
             below = m[:, j + 1 :, j] - (factor[:, j + 1 :, :j] @ row[:, :, None]).squeeze(-1)
@@ -66,7 +73,9 @@ def solve_lp(
     Returns (x fp32 [P, n], status int32 [P]): 0 converged (``|Ax-b|_inf <= tol (1+|b|_inf)``,
     ``|A^T y + s - c|_inf <= tol (1+|c|_inf)``, ``|c^T x - b^T y| <= tol (1+|c^T x|)``), 1 max_iters
     reached, 2 infeasible or unbounded detected (iterates diverge, or a Farkas/unboundedness ray
-    appears: ``A^T y <= 0, b^T y > 0`` or ``A x = 0, x >= 0, c^T x < 0`` within tol).
+    appears: ``A^T y <= 0, b^T y > 0`` or ``A x = 0, x >= 0, c^T x < 0`` within tol; or ``A x = b``
+    itself is inconsistent: rows found dependent by the pivot floor and the least-norm start
+    misses b by more than ``sqrt(tol) (1 + |b|_inf)``).
     """
     a, b, c = a.double(), b.double(), c.double()
     problems, rows, cols = a.shape
@@ -81,8 +90,14 @@ def solve_lp(
         return x, status
 
     # Mehrotra's starting point: least-norm x and least-squares (y, s), shifted to the interior.
-    factor = cholesky_floored(a @ at)
+    dependent = torch.zeros(problems, dtype=torch.bool, device=device)
+    factor = cholesky_floored(a @ at, dependent)
     x = (at @ _solve(factor, b)[:, :, None])[:, :, 0]
+    b_norm, c_norm = b.abs().amax(dim=1), c.abs().amax(dim=1)
+    # Dependent rows are dropped by the floor: if b is not in the range of A, Ax = b has no
+    # solution at all, and the interior point would only stall (status 1): report it.
+    miss = ((a @ x[:, :, None])[:, :, 0] - b).abs().amax(dim=1)
+    inconsistent = dependent & ~(miss <= math.sqrt(tol) * (1 + b_norm))
     y = _solve(factor, (a @ c[:, :, None])[:, :, 0])
     s = c - (at @ y[:, :, None])[:, :, 0]
     x = x + (-1.5 * x.amin(dim=1, keepdim=True)).clamp(min=0)
@@ -90,12 +105,12 @@ def solve_lp(
     xs = (x * s).sum(dim=1, keepdim=True)
     x = x + 0.5 * xs / s.sum(dim=1, keepdim=True).clamp(min=1e-300)
     s = s + 0.5 * xs / x.sum(dim=1, keepdim=True).clamp(min=1e-300)
-    b_norm, c_norm = b.abs().amax(dim=1), c.abs().amax(dim=1)
     scale = 1.0 + torch.maximum(b_norm, c_norm)[:, None]
     x = torch.where(x > 1e-8 * scale, x, scale)
     s = torch.where(s > 1e-8 * scale, s, scale)
 
-    active = torch.ones(problems, dtype=torch.bool, device=device)
+    status[inconsistent] = INFEASIBLE_OR_UNBOUNDED
+    active = ~inconsistent
     for iteration in range(max_iters + 1):
         rb = (a @ x[:, :, None])[:, :, 0] - b
         rc = (at @ y[:, :, None])[:, :, 0] + s - c
@@ -141,31 +156,79 @@ def solve_lp(
     return x.to(torch.float32), status
 
 
+def check_layout(op: str, phy2log: torch.Tensor, log2phy: torch.Tensor) -> None:
+    """ValueError unless ``log2phy`` is exactly the inverse of ``phy2log`` (reads both on the host).
+
+    ``phy2log[p]`` in ``[0, L)`` is the logical expert of physical slot p; row l of ``log2phy``
+    lists, in any order and -1 padded, every physical slot p with ``phy2log[p] == l``, each once;
+    every logical expert has at least one slot.
+    """
+    experts = log2phy.shape[0]
+    physical = phy2log.shape[0]
+    p2l = phy2log.long().cpu()
+    l2p = log2phy.long().cpu()
+    if physical and (int(p2l.min()) < 0 or int(p2l.max()) >= experts):
+        bad = int(torch.nonzero((p2l < 0) | (p2l >= experts))[0, 0])
+        raise ValueError(
+            f"{op}: phy2log must hold logical ids in [0, L = {experts}), got phy2log[{bad}] = "
+            f"{int(p2l[bad])}"
+        )
+    if l2p.numel() and (int(l2p.min()) < -1 or int(l2p.max()) >= physical):
+        raise ValueError(
+            f"{op}: log2phy must hold physical ids in [0, {physical}) or -1, got values in "
+            f"[{int(l2p.min())}, {int(l2p.max())}]"
+        )
+    valid = l2p >= 0
+    rows = torch.arange(experts)[:, None].expand_as(l2p)[valid]
+    slots = l2p[valid]
+    seen = torch.bincount(slots, minlength=physical)
+    if physical and not bool((seen == 1).all()):
+        p = int(torch.nonzero(seen != 1)[0, 0])
+        raise ValueError(
+            f"{op}: log2phy must list every physical slot exactly once (it is the inverse of "
+            f"phy2log), but slot {p} appears {int(seen[p])} times"
+        )
+    wrong = p2l[slots] != rows
+    if bool(wrong.any()):
+        k = int(torch.nonzero(wrong)[0, 0])
+        raise ValueError(
+            f"{op}: log2phy and phy2log disagree: log2phy[{int(rows[k])}] lists physical slot "
+            f"{int(slots[k])}, but phy2log[{int(slots[k])}] = {int(p2l[slots[k]])}"
+        )
+    copies = valid.sum(dim=1)
+    if experts and not bool((copies >= 1).all()):
+        l = int(torch.nonzero(copies == 0)[0, 0])
+        raise ValueError(f"{op}: logical expert {l} has no physical slot (log2phy[{l}] is all -1)")
+
+
 def replica_shares(
     phy2log: torch.Tensor, log2phy: torch.Tensor, num_gpus: int, counts: torch.Tensor
 ) -> tuple[torch.Tensor, int]:
     """(log2phy_prob fp32 [L, Cmax], LP status): each physical copy's share of the total load.
 
-    Physical experts sit contiguously per GPU (GPU g owns ``[g Pe/G, (g+1) Pe/G)``). The LP has a
-    variable per copy of every replicated logical expert, a slack per GPU, the max load M and an
-    artificial z whose column is ``b - A 1`` (so x = 1 is interior); rows: the copies of each
+    The layout must pass :func:`check_layout`. Physical slot p holds logical expert
+    ``phy2log[p]`` and sits on GPU ``p // (Pe/G)``; the copies of expert l are the slots with
+    ``phy2log[p] == l`` (listed in ``log2phy[l]``, whose order numbers the LP variables). The LP
+    has a variable per copy of every replicated logical expert, a slack per GPU, the max load M and
+    an artificial z whose column is ``b - A 1`` (so x = 1 is interior); rows: the copies of each
     replicated expert sum to its load ``t_l``, and each GPU's load plus its slack equals M;
     objective ``M + 1000 z``. A single copy carries its expert's whole load. If the LP does not
     converge, the copies of an expert split its load equally.
     """
-    experts, max_copies = log2phy.shape
+    experts = log2phy.shape[0]
     physical = phy2log.shape[0]
     per_gpu = physical // num_gpus
     device = log2phy.device
     valid = log2phy >= 0
-    copies = valid.sum(dim=1)
+    p2l = phy2log.long().cpu()
+    copies = torch.bincount(p2l, minlength=experts)  # slots per logical expert, from phy2log
     total = counts.double().sum()
     load = counts.double() / total if total > 0 else torch.zeros(experts, dtype=torch.float64)
-    load = load.float().to(device)
+    load = load.float().cpu()
     owner = log2phy.clamp(min=0).long()
-    single = (copies == 1)[:, None] & valid
-    share = torch.zeros(physical, dtype=torch.float32, device=device)
-    share[owner[single]] = load.expand(max_copies, experts).T[single]
+    share = torch.zeros(physical, dtype=torch.float32)
+    single_slot = copies[p2l] == 1  # physical slots of single-copy experts
+    share[single_slot] = load[p2l[single_slot]]
 
     replicated = torch.nonzero(copies >= 2).flatten().tolist()
     status = CONVERGED
@@ -175,10 +238,9 @@ def replica_shares(
         rows, cols = len(replicated) + num_gpus, nvar + num_gpus + 2
         a = torch.zeros(rows, cols, dtype=torch.float32)
         b = torch.zeros(rows, dtype=torch.float32)
-        single_load = torch.zeros(num_gpus, dtype=torch.float32)
-        single_load.index_add_(
-            0, (owner[single] // per_gpu).cpu(), load[single.nonzero()[:, 0]].cpu()
-        )
+        single_load = torch.zeros(num_gpus, dtype=torch.float64)
+        gpu_of_slot = torch.arange(physical) // per_gpu
+        single_load.index_add_(0, gpu_of_slot[single_slot], load[p2l[single_slot]].double())
         row_of = {l: r for r, l in enumerate(replicated)}
         for v, (l, p) in enumerate(variables):
             a[row_of[l], v] = 1.0
@@ -186,20 +248,46 @@ def replica_shares(
         for g in range(num_gpus):
             a[len(replicated) + g, nvar + g] = 1.0
             a[len(replicated) + g, nvar + num_gpus] = -1.0
-        b[: len(replicated)] = load[replicated].cpu()
-        b[len(replicated) :] = -single_load
+        b[: len(replicated)] = load[replicated]
+        b[len(replicated) :] = -single_load.float()
         a[:, -1] = b - a[:, :-1].sum(dim=1)
         c = torch.zeros(cols, dtype=torch.float32)
         c[nvar + num_gpus], c[-1] = 1.0, 1000.0
-        x, st = solve_lp(a[None].to(device), b[None].to(device), c[None].to(device))
+        x, st = solve_lp(a[None], b[None], c[None])
         status = int(st[0])
-        index = torch.tensor([p for _, p in variables], dtype=torch.long, device=device)
+        index = torch.tensor([p for _, p in variables], dtype=torch.long)
         if status == CONVERGED:
             share[index] = x[0, :nvar].clamp(min=0)
     if status != CONVERGED:
         equal = load / copies.clamp(min=1).float()
-        share[owner[valid]] = equal.expand(max_copies, experts).T[valid]
-    return torch.where(valid, share[owner], 0.0), status
+        share = equal[p2l]
+    prob = torch.where(valid, share.to(device)[owner], 0.0)
+    return prob, status
+
+
+def dispatch_draw(
+    topk_ids: torch.Tensor, log2phy: torch.Tensor, prob: torch.Tensor, seed: int
+) -> torch.Tensor:
+    """phys_ids int32 [T, k]: slot (t, j) of logical expert l = topk_ids[t, j] picks copy c of
+    ``log2phy[l]``: the smallest c with ``cdf_c > u * cdf_last``, ``cdf = cumsum(prob[l])`` in
+    fp32 left to right, ``u = U(seed, 0, t, j)`` (``log2phy[l, 0]`` when ``cdf_last <= 0``; the
+    last positive-weight copy if rounding leaves none; -1 for l < 0)."""
+    ids = topk_ids.long()
+    tokens, k = ids.shape
+    logical = ids.clamp(min=0)
+    weights = prob[logical]
+    seed_t = torch.tensor([to_int64(seed)], dtype=torch.int64, device=ids.device)
+    slot_row = torch.arange(tokens, device=ids.device)[:, None]
+    slot_col = torch.arange(k, device=ids.device)[None, :]
+    u = uniform(seed_t, torch.zeros_like(seed_t), slot_row, slot_col)
+    cdf = weights.cumsum(dim=-1)
+    total = cdf[..., -1]
+    pick = (cdf <= (u * total)[..., None]).sum(dim=-1)
+    last_positive = (weights.shape[-1] - 1) - (weights > 0).flip(-1).to(torch.int8).argmax(dim=-1)
+    pick = torch.where(pick >= weights.shape[-1], last_positive, pick)
+    pick = torch.where(total > 0, pick, 0)
+    phys = log2phy.long()[logical, pick]
+    return torch.where(ids < 0, -1, phys).to(torch.int32)
 
 
 def lplb_dispatch(
@@ -210,39 +298,18 @@ def lplb_dispatch(
     counts: torch.Tensor | None = None,
     seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(phys_ids int32 [T, k], log2phy_prob fp32 [L, Cmax]): replica shares from the LP, then each
-    slot (t, j) of logical expert l picks copy c of ``log2phy[l]`` with probability proportional to
-    its share, drawn with ``U(seed, 0, t, j)`` by inverse CDF (``log2phy[l, 0]`` when every share is
-    0; -1 for l < 0)."""
+    """(phys_ids int32 [T, k], log2phy_prob fp32 [L, Cmax]): the layout checked
+    (:func:`check_layout`), replica shares from the LP (:func:`replica_shares`), then the seeded
+    draw (:func:`dispatch_draw`)."""
+    op = "lplb.lplb_dispatch"
     experts = log2phy.shape[0]
     ids = topk_ids.long()
     if ids.numel() and int(ids.max()) >= experts:
         raise ValueError(
-            f"lplb.lplb_dispatch: topk_ids must be < L = {experts} (or negative), "
-            f"got {int(ids.max())}"
+            f"{op}: topk_ids must be < L = {experts} (or negative), got {int(ids.max())}"
         )
-    physical = phy2log.shape[0]
-    if log2phy.numel() and (int(log2phy.min()) < -1 or int(log2phy.max()) >= physical):
-        raise ValueError(
-            f"lplb.lplb_dispatch: log2phy must hold physical ids in [0, {physical}) or -1, got "
-            f"values in [{int(log2phy.min())}, {int(log2phy.max())}]"
-        )
+    check_layout(op, phy2log, log2phy)
     if counts is None:
         counts = torch.bincount(ids[ids >= 0], minlength=experts)
     prob, _ = replica_shares(phy2log, log2phy, num_gpus, counts)
-
-    tokens, k = ids.shape
-    logical = ids.clamp(min=0)
-    weights = prob[logical]
-    total = weights.sum(dim=-1)
-    seed_t = torch.tensor([seed], dtype=torch.int64, device=ids.device)
-    slot_row = torch.arange(tokens, device=ids.device)[:, None]
-    slot_col = torch.arange(k, device=ids.device)[None, :]
-    u = uniform(seed_t, torch.zeros_like(seed_t), slot_row, slot_col)
-    cdf = weights.cumsum(dim=-1)
-    pick = (cdf <= (u * total)[..., None]).sum(dim=-1)
-    last_positive = (weights.shape[-1] - 1) - (weights > 0).flip(-1).to(torch.int8).argmax(dim=-1)
-    pick = torch.where(pick >= weights.shape[-1], last_positive, pick)
-    pick = torch.where(total > 0, pick, 0)
-    phys = log2phy[logical, pick]
-    return torch.where(ids < 0, -1, phys).to(torch.int32), prob
+    return dispatch_draw(ids, log2phy, prob, seed), prob

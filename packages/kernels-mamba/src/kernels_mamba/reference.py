@@ -3,7 +3,9 @@
 Convolution convention (Mamba-2): weight [D, W], column W-1 multiplies the current token,
 ``y_t = bias + sum_j w[:, j] * xx[t + j]`` where xx is the input preceded by W-1 state columns.
 Everything is computed in fp32 and rounded once. Index values are preconditions: out-of-range
-values raise ValueError here (GPU kernels skip or assert), so these references sync to check them.
+values raise ValueError here when run eagerly (a host sync); while a CUDA graph is being captured
+or torch.compile traces, the check is skipped and such rows are skipped, like the GPU kernels do.
+Nothing else syncs with the host (no boolean-mask indexing), so the references are capturable.
 """
 
 from __future__ import annotations
@@ -13,12 +15,45 @@ import torch
 ACTIVATIONS = (None, "silu", "swish")
 
 
-def _check_range(op: str, name: str, t: torch.Tensor, high: int) -> None:
-    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= high):
+def _host_checks(t: torch.Tensor) -> bool:
+    """Whether value checks (host syncs) may run: not under torch.compile, not while the current
+    CUDA stream is being captured into a graph."""
+    if torch.compiler.is_compiling():
+        return False
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def _check_range(op: str, name: str, t: torch.Tensor, live: torch.Tensor, high: int) -> None:
+    """Entries of ``t`` where ``live`` lie in [0, high) (eagerly; see _host_checks)."""
+    if not t.numel() or not _host_checks(t):
+        return
+    lo = int(torch.where(live, t, 0).min())
+    hi = int(torch.where(live, t, 0).max())
+    if lo < 0 or hi >= high:
         raise ValueError(
             f"mamba.{op}: {name} must lie in [0, {high}) (or equal pad_slot_id), got values in "
-            f"[{int(t.min())}, {int(t.max())}]"
+            f"[{lo}, {hi}]"
         )
+
+
+def _write_rows(
+    dst: torch.Tensor, rows: torch.Tensor, live: torch.Tensor, values: torch.Tensor
+) -> None:
+    """``dst[rows[b]] = values[b]`` for every live b with rows[b] in range, without a host sync
+    (no boolean-mask indexing): each touched slot gets one live row's values (the last one, where
+    rows repeat), every other slot named in ``rows`` is rewritten with its own values."""
+    slots = dst.shape[0]
+    if slots == 0 or rows.numel() == 0:
+        return
+    live = live & (rows >= 0) & (rows < slots)
+    safe = rows.clamp(0, slots - 1)
+    order = torch.arange(rows.shape[0], device=rows.device)
+    owner = torch.full((slots,), -1, dtype=torch.long, device=rows.device)
+    owner.scatter_reduce_(0, safe, torch.where(live, order, -1), reduce="amax")
+    own = owner[safe]
+    hit = (own >= 0).view(-1, *([1] * (dst.dim() - 1)))
+    new = torch.where(hit, values[own.clamp(min=0)].to(dst.dtype), dst[safe])
+    dst.index_copy_(0, safe, new)  # repeated slots all carry the same values
 
 
 def _activate(y: torch.Tensor, activation: str | None) -> torch.Tensor:
@@ -43,7 +78,11 @@ def _conv_varlen(
     qsl = query_start_loc.long()
     batch = qsl.shape[0] - 1
     starts, lens = qsl[:-1], qsl[1:] - qsl[:-1]
-    if batch and (int(lens.min()) < 0 or int(qsl[0]) < 0 or int(qsl[-1]) > tokens):
+    if (
+        batch
+        and _host_checks(qsl)
+        and (int(lens.min()) < 0 or int(qsl[0]) < 0 or int(qsl[-1]) > tokens)
+    ):
         raise ValueError(
             f"mamba.causal_conv1d_fwd: query_start_loc must be non-decreasing within [0, {tokens}],"
             f" got {qsl.tolist()[:16]}"
@@ -56,7 +95,8 @@ def _conv_varlen(
         else torch.ones_like(rows, dtype=torch.bool)
     )
     if conv_states is not None:
-        _check_range("causal_conv1d_fwd", "cache_indices", rows[live], conv_states.shape[0])
+        _check_range("causal_conv1d_fwd", "cache_indices", rows, live, conv_states.shape[0])
+        live = live & (rows >= 0) & (rows < conv_states.shape[0])
     if conv_states is None or has_initial_state is None:
         use_state = torch.zeros_like(live)
     else:
@@ -125,7 +165,7 @@ def causal_conv1d_fwd(
         pad_slot_id,
     )
     if new_states is not None:
-        conv_states[rows[live]] = new_states[live].to(conv_states.dtype)
+        _write_rows(conv_states, rows, live, new_states)
     if batched:
         y = y.reshape(x.shape[1], x.shape[0], x.shape[2]).transpose(0, 1)
     x.copy_(y)
@@ -155,7 +195,8 @@ def causal_conv1d_update(
     else:
         rows = conv_state_indices.long()
         live = rows != pad_slot_id
-    _check_range("causal_conv1d_update", "conv_state_indices", rows[live], slots)
+    _check_range("causal_conv1d_update", "conv_state_indices", rows, live, slots)
+    live = live & (rows >= 0) & (rows < slots)
     state = conv_state[rows.clamp(0, max(slots - 1, 0))].float()
     xf = xv.float()
     if cache_seqlens is None:
@@ -176,7 +217,7 @@ def causal_conv1d_update(
     for j in range(width):
         acc = acc + weight[None, :, j, None].float() * xx[..., first + j : first + j + length]
     y = torch.where(live[:, None, None], _activate(acc, activation), xf)
-    conv_state[rows[live]] = new_state[live].to(conv_state.dtype)
+    _write_rows(conv_state, rows, live, new_state)
     xv.copy_(y)
     return x
 
@@ -209,7 +250,8 @@ def selective_state_update(
     else:
         rows = state_batch_indices.long()
         live = rows != pad_slot_id
-    _check_range("selective_state_update", "state_batch_indices", rows[live], slots)
+    _check_range("selective_state_update", "state_batch_indices", rows, live, slots)
+    live = live & (rows >= 0) & (rows < slots)
     s = state[rows.clamp(0, max(slots - 1, 0))].float()
     step = dt.float()
     if dt_bias is not None:
@@ -227,8 +269,8 @@ def selective_state_update(
         y = y + x.float() * D.float()
     if z is not None:
         y = y * (z.float() * torch.sigmoid(z.float()))
-    state[rows[live]] = s[live].to(state.dtype)
+    _write_rows(state, rows, live, s)
     if out is None:
         out = torch.zeros_like(x)
-    out[live] = y[live].to(out.dtype)
+    out.copy_(torch.where(live[:, None, None], y.to(out.dtype), out))
     return out

@@ -36,11 +36,18 @@ OPS = register_group(
         "cuda",
         dtypes=FLOATS,
     ),
+    op(
+        "fused_moe",
+        "top-k MoE expert MLPs: grouped gate/up GEMM + activation, down GEMM, weighted k-sum",
+        "triton",
+        dtypes=("bfloat16", "float16"),
+    ),
 )
 
 __all__ = [
     "OPS",
     "__version__",
+    "fused_moe",
     "gate_topk_renorm",
     "moe_align_block_size",
     "moe_sum_reduce",

@@ -148,3 +148,57 @@ def moe_sum_reduce(
             term = term * topk_weights[:, j : j + 1].float()
         acc = acc + term
     return (acc * routed_scaling_factor).to(x.dtype)
+
+
+def _activation(gate: torch.Tensor, activation: str) -> torch.Tensor:
+    """silu or exact (erf) gelu of an fp32 tensor."""
+    if activation == "silu":
+        return torch.nn.functional.silu(gate)
+    return torch.nn.functional.gelu(gate)
+
+
+def fused_moe(
+    hidden: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    activation: str = "silu",
+    apply_router_weight_on_input: bool = False,
+    routed_scaling_factor: float = 1.0,
+) -> torch.Tensor:
+    """Fused MoE with the rounding points of the Triton kernel.
+
+    For each slot (t, j) with ``e = topk_ids[t, j] >= 0``: ``g, u = split(h_t @ w1[e]^T)`` (the
+    first I rows of w1 are the gate, the next I the up projection; fp32 accumulation rounded to
+    the dtype), ``a = act(g) * u`` (from the rounded g and u, in fp32, rounded), ``y = a @
+    w2[e]^T`` (fp32), times ``topk_weights[t, j]`` in fp32, rounded; slots with id -1 give zero
+    rows. ``out_t = scaling * sum_j y_tj`` in fp32 (moe_sum_reduce), rounded once.
+
+    With ``apply_router_weight_on_input`` the weight scales the input row instead (``h_t * w``
+    in fp32, rounded) and the down projection is not weighted.
+
+    Ids outside [-1, E) raise ValueError (one host synchronisation).
+    """
+    check_expert_ids("moe.fused_moe", topk_ids, w1.shape[0])
+    tokens, k = topk_ids.shape
+    dtype = hidden.dtype
+    inter = w2.shape[2]
+    flat_ids = topk_ids.reshape(-1).long()
+    flat_w = topk_weights.reshape(-1).float()
+    rows = torch.arange(tokens * k, device=hidden.device) // k
+    y = torch.zeros(tokens * k, w2.shape[1], dtype=dtype, device=hidden.device)
+    for e in torch.unique(flat_ids).tolist():
+        if e < 0:
+            continue
+        slots = torch.nonzero(flat_ids == e).reshape(-1)
+        x = hidden[rows[slots]].float()
+        if apply_router_weight_on_input:
+            x = (x * flat_w[slots, None]).to(dtype).float()
+        gate_up = (x @ w1[e].float().t()).to(dtype).float()
+        act = (_activation(gate_up[:, :inter], activation) * gate_up[:, inter:]).to(dtype)
+        down = act.float() @ w2[e].float().t()
+        if not apply_router_weight_on_input:
+            down = down * flat_w[slots, None]
+        y[slots] = down.to(dtype)
+    return moe_sum_reduce(y.reshape(tokens, k, -1), routed_scaling_factor)

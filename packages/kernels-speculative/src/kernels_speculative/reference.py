@@ -194,7 +194,10 @@ def draw(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     vocab = weights.shape[1]
     cdf = weights.cumsum(dim=1)
     total = cdf[:, -1]
-    index = torch.searchsorted(cdf, (u * total)[:, None], right=True).squeeze(1)
+    # searchsorted(cdf, u * total, right=True) as a count (cdf is non-decreasing for the
+    # non-negative weights that reach a valid draw): the same index, and torch.compile's
+    # inductor lowers it (its searchsorted lowering fails on this [B, 1] query).
+    index = (cdf <= (u * total)[:, None]).sum(dim=1)
     last_positive = (vocab - 1) - (weights > 0).flip(1).to(torch.int8).argmax(dim=1)
     index = torch.where(index >= vocab, last_positive, index)
     return torch.where(total > 0, index, 0)

@@ -1,7 +1,10 @@
 """communication.all_reduce_add_rmsnorm: all-reduce fused with the residual add and RMSNorm.
 
-Backends: the torch reference only: torch.distributed.all_reduce in fp32 (the identity
-without a group).
+Backends: ``cuda``, one kernel per call: the one-shot (or row-split two-shot) all-reduce over the
+communicator's IPC buffers, summed in fp32 in rank order (the sum custom_all_reduce rounds), plus
+the residual, stored once, and RMSNorm of that fp32 row (world size 1: add + RMSNorm); and the
+torch reference (fp32 torch.distributed.all_reduce, then the same fp32 add and norm), the
+fallback for calls the kernel cannot take.
 """
 
 from __future__ import annotations
@@ -9,8 +12,15 @@ from __future__ import annotations
 import torch
 
 from kernels_communication import reference
-from kernels_communication.comm import ELIGIBLE_DTYPES, CustomAllReduce, check_comm, lookup
+from kernels_communication.comm import (
+    COMM_CUDA,
+    ELIGIBLE_DTYPES,
+    CustomAllReduce,
+    check_comm,
+    lookup,
+)
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 
 OP_ID = "communication.all_reduce_add_rmsnorm"
@@ -20,6 +30,45 @@ def _all_reduce_add_rmsnorm_torch(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, comm_handle: int
 ) -> None:
     reference.all_reduce_add_rmsnorm(x, residual, weight, eps, lookup(comm_handle).group)
+
+
+_kernel = CompiledFunction(COMM_CUDA, "all_reduce_add_rmsnorm")
+FUSED_MAX_PACKS = 4 * 512  # 16-byte packs per row the kernel keeps in registers
+
+
+def _all_reduce_add_rmsnorm_cuda(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, comm_handle: int
+) -> None:
+    comm = lookup(comm_handle)
+    if comm.world_size == 1:
+        _kernel(x, residual, weight, eps, comm.world1_state(x.get_device()), 0, -1, 1)
+        return
+    comm.check()
+    # x is overwritten in place: it always goes through the staging buffer, never registered.
+    _kernel(x, residual, weight, eps, comm._state, comm._staging_slot, comm.algo, comm.max_blocks)
+
+
+def _all_reduce_add_rmsnorm_cuda_eligible(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, comm_handle: int
+) -> str | None:
+    comm = lookup(comm_handle)
+    if comm.world_size == 1:
+        if not x.is_cuda:
+            return "x is not on a CUDA device"
+    else:
+        reason = comm.ineligible(x)
+        if reason is not None:
+            return reason
+    if not (x.is_contiguous() and residual.is_contiguous() and weight.is_contiguous()):
+        return "needs contiguous x, residual and weight"
+    if weight.dtype != x.dtype:
+        return "needs weight in the dtype of x"
+    row = x.shape[1] * x.element_size()
+    if row % 16 or row // 16 > FUSED_MAX_PACKS:
+        return "needs rows of whole 16-byte packs, at most 32 KiB"
+    if (x.data_ptr() | residual.data_ptr() | weight.data_ptr()) % 16:
+        return "needs 16-byte aligned x, residual and weight"
+    return None
 
 
 ALL_REDUCE_ADD_RMSNORM = Op(_all_reduce_add_rmsnorm_torch, mutates=("x", "residual"), device="x")
@@ -70,7 +119,11 @@ def _all_reduce_add_rmsnorm_samples(device: torch.device) -> list[tuple[tuple, d
     from kernels_communication.ops.custom_all_reduce import sample_comm
 
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(5, 256, generator=g).to(torch.bfloat16).to(device)
-    residual = torch.randn(5, 256, generator=g).to(torch.bfloat16).to(device)
-    weight = torch.randn(256, generator=g).to(device)
-    return [((x, residual, weight, 1e-6, sample_comm()), {})]
+    comm = sample_comm()
+    samples = []
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        x = torch.randn(5, 256, generator=g).to(dtype).to(device)
+        residual = torch.randn(5, 256, generator=g).to(dtype).to(device)
+        weight = torch.randn(256, generator=g).to(dtype).to(device)
+        samples.append(((x, residual, weight, 1e-6, comm), {}))
+    return samples

@@ -1,7 +1,9 @@
 """communication.custom_all_reduce: single-node all-reduce with a torch.distributed fallback.
 
-Backends: the torch reference only: torch.distributed.all_reduce in fp32 (the identity
-without a group).
+Backends: ``cuda`` (the communicator's one-shot/two-shot IPC kernel; world size 1: a copy) and
+the torch reference, torch.distributed.all_reduce in fp32 (the identity without a group), which
+is also the contract's fallback for calls the custom path cannot take (disabled communicator,
+message over max_size, non-contiguous or unaligned x).
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ from __future__ import annotations
 import torch
 
 from kernels_communication import reference
-from kernels_communication.comm import CustomAllReduce, check_comm, lookup
+from kernels_communication.comm import COMM_CUDA, CustomAllReduce, check_comm, lookup
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_out, check_tensor
 
 OP_ID = "communication.custom_all_reduce"
@@ -18,6 +21,28 @@ OP_ID = "communication.custom_all_reduce"
 
 def _custom_all_reduce_torch(out: torch.Tensor, x: torch.Tensor, comm_handle: int) -> None:
     out.copy_(reference.custom_all_reduce(x, lookup(comm_handle).group))
+
+
+_kernel = CompiledFunction(COMM_CUDA, "custom_all_reduce")
+
+
+def _custom_all_reduce_cuda(out: torch.Tensor, x: torch.Tensor, comm_handle: int) -> None:
+    comm = lookup(comm_handle)
+    if comm.world_size == 1:
+        out.copy_(x)
+        return
+    comm.check()
+    _kernel(out, x, comm._state, comm.slot(x), comm.algo, comm.max_blocks)
+
+
+def _custom_all_reduce_cuda_eligible(
+    out: torch.Tensor, x: torch.Tensor, comm_handle: int
+) -> str | None:
+    comm = lookup(comm_handle)
+    reason = comm.ineligible(x)
+    if reason is None and comm.world_size > 1 and (not out.is_contiguous() or out.data_ptr() % 16):
+        return "out is not contiguous and 16-byte aligned"
+    return reason
 
 
 CUSTOM_ALL_REDUCE = Op(_custom_all_reduce_torch, mutates=("out",), device="x")
@@ -67,5 +92,6 @@ def _custom_all_reduce_samples(device: torch.device) -> list[tuple[tuple, dict]]
     comm = sample_comm()
     return [
         ((torch.randn(4, 1024, generator=g).to(torch.bfloat16).to(device), comm), {}),
+        ((torch.randn(2, 512, generator=g).to(torch.float16).to(device), comm), {}),
         ((torch.randn(3, 333, generator=g).to(device), comm), {}),
     ]

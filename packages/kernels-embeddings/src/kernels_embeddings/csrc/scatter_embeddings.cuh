@@ -175,12 +175,6 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(bool pdl, const Param
   if (pdl) kernels::pdl_launch_dependents();
 }
 
-inline int next_pow2(int64_t x) {
-  int p = 1;
-  while (p < x && p < (1 << 30)) p <<= 1;
-  return p;
-}
-
 template <typename TIn, typename TOut, int kMode>
 void launch(const kernels::Launch& ctx, Params p, int64_t hidden, const void* embeds_ptr,
             const void* mm_ptr) {
@@ -193,9 +187,7 @@ void launch(const kernels::Launch& ctx, Params p, int64_t hidden, const void* em
   TVM_FFI_CHECK(packs < (int64_t{1} << 31), ValueError) << ctx.op << ": rows are too wide";
   p.packs = static_cast<uint32_t>(packs);
   const int sms = kernels::sm_count(ctx.device);
-  int g = std::min(kThreads, next_pow2((packs + kUnroll - 1) / kUnroll));
-  const int64_t wave = static_cast<int64_t>(sms) * 2048;
-  while (g < kThreads && g * 2 <= next_pow2(packs) && p.rows * g * 2 <= wave) g *= 2;
+  const int g = kernels::threads_per_row(packs, p.rows, kUnroll, kThreads, ctx.device);
   int shift = 0;
   while ((1 << shift) < g) ++shift;
   p.group_shift = shift;

@@ -84,26 +84,6 @@ __global__ void __launch_bounds__(kThreads)
     embed_token<T, kN, Idx>(out, weight, w_stride, ids, id_stride, token, r, packs, lane, g, pdl);
 }
 
-// min(needed, the blocks of kKernel resident on the device at once; occupancy cached per device).
-template <auto kKernel>
-inline unsigned resident_grid(int device, int64_t needed) {
-  static int cached[64] = {0};
-  int per_sm = device >= 0 && device < 64 ? cached[device] : 0;
-  if (per_sm == 0) {
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, 0);
-    per_sm = std::max(per_sm, 1);
-    if (device >= 0 && device < 64) cached[device] = per_sm;
-  }
-  const int64_t resident = static_cast<int64_t>(per_sm) * kernels::sm_count(device);
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min(needed, resident)));
-}
-
-inline int next_pow2(int64_t x) {
-  int p = 1;
-  while (p < x && p < (1 << 30)) p <<= 1;
-  return p;
-}
-
 template <typename T, typename Idx>
 void launch(const kernels::Launch& ctx, T* out, const T* weight, int64_t w_stride, const Idx* ids,
             int64_t id_stride, int64_t tokens, int64_t hidden, const Ranges& r) {
@@ -113,21 +93,20 @@ void launch(const kernels::Launch& ctx, T* out, const T* weight, int64_t w_strid
   const int kN = vector ? kVec : 1;
   const int64_t packs = hidden / kN;
   TVM_FFI_CHECK(packs < (int64_t{1} << 31), ValueError) << ctx.op << ": rows are too wide";
-  int g = std::min(kThreads, next_pow2((packs + kUnroll - 1) / kUnroll));
-  const int64_t wave = static_cast<int64_t>(kernels::sm_count(ctx.device)) * 2048;
-  while (g < kThreads && g * 2 <= next_pow2(packs) && tokens * g * 2 <= wave) g *= 2;
+  const int g = kernels::threads_per_row(packs, tokens, kUnroll, kThreads, ctx.device);
   int shift = 0;
   while ((1 << shift) < g) ++shift;
   const int64_t needed = (tokens * g + kThreads - 1) / kThreads;
   const uint32_t p = static_cast<uint32_t>(packs);
-  if (vector)
-    kernels::launch(ctx, embed_kernel<T, kVec, Idx>,
-                    resident_grid<embed_kernel<T, kVec, Idx>>(ctx.device, needed), kThreads, out,
-                    weight, w_stride, ids, id_stride, tokens, r, p, shift);
-  else
-    kernels::launch(ctx, embed_kernel<T, 1, Idx>,
-                    resident_grid<embed_kernel<T, 1, Idx>>(ctx.device, needed), kThreads, out,
-                    weight, w_stride, ids, id_stride, tokens, r, p, shift);
+  if (vector) {
+    constexpr auto kernel = embed_kernel<T, kVec, Idx>;
+    kernels::launch(ctx, kernel, kernels::resident_grid<kernel>(ctx.device, needed, kThreads),
+                    kThreads, out, weight, w_stride, ids, id_stride, tokens, r, p, shift);
+  } else {
+    constexpr auto kernel = embed_kernel<T, 1, Idx>;
+    kernels::launch(ctx, kernel, kernels::resident_grid<kernel>(ctx.device, needed, kThreads),
+                    kThreads, out, weight, w_stride, ids, id_stride, tokens, r, p, shift);
+  }
 }
 
 }  // namespace vocab_parallel_embedding_detail

@@ -232,29 +232,10 @@ Part<T, TC> make_part(const PartSpec& s, int kN) {
   return p;
 }
 
-// min(needed, the blocks of kKernel resident on the device at once; occupancy cached per device).
-template <auto kKernel>
-inline unsigned resident_grid(int device, int64_t needed) {
-  static int cached[64] = {0};
-  int per_sm = device >= 0 && device < 64 ? cached[device] : 0;
-  if (per_sm == 0) {
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, 0);
-    per_sm = std::max(per_sm, 1);
-    if (device >= 0 && device < 64) cached[device] = per_sm;
-  }
-  const int64_t resident = static_cast<int64_t>(per_sm) * kernels::sm_count(device);
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min(needed, resident)));
-}
-
 template <auto kKernel, typename P>
 inline void launch_resident(const kernels::Launch& ctx, int64_t needed, const P& p) {
-  kernels::launch(ctx, kKernel, resident_grid<kKernel>(ctx.device, needed), kThreads, p);
-}
-
-inline int next_pow2(int64_t x) {
-  int p = 1;
-  while (p < x && p < (1 << 30)) p <<= 1;
-  return p;
+  kernels::launch(ctx, kKernel, kernels::resident_grid<kKernel>(ctx.device, needed, kThreads),
+                 kThreads, p);
 }
 
 // The launch: T the input element type, TC the cache's (T, or uint8_t for fp8 bytes).
@@ -282,9 +263,7 @@ void write_rows(const kernels::Launch& ctx, const PartSpec& a, const PartSpec& b
   if (block_size > 1 && !p.wide) p.block_div = kernels::FastDivmod(static_cast<uint32_t>(block_size));
   // Threads per token: about kUnroll packs each, more (up to the row) while the grid is short
   // of one full wave of 2048 threads per SM (latency of small batches).
-  int g = std::min(kThreads, next_pow2((items + kUnroll - 1) / kUnroll));
-  const int64_t wave = static_cast<int64_t>(kernels::sm_count(ctx.device)) * 2048;
-  while (g < kThreads && g * 2 <= next_pow2(items) && tokens * g * 2 <= wave) g *= 2;
+  const int g = kernels::threads_per_row(items, tokens, kUnroll, kThreads, ctx.device);
   int shift = 0;
   while ((1 << shift) < g) ++shift;
   p.group_shift = shift;

@@ -1,15 +1,22 @@
 """lplb.lplb_dispatch: balance MoE tokens over redundant expert replicas (LP shares + dispatch).
 
-Backends: the pure-torch reference only (its LPs by the float64 interior point).
+CUDA (csrc/lplb_dispatch.cuh): one CTA checks the layout, counts the tokens, builds and solves
+the LP in shared memory (the interior point of csrc/ipm.cuh) and writes the shares; then a thread
+per token slot draws its replica with the project RNG. Two launches, no host synchronisation.
+The pure-torch reference (its LP by the float64 interior point) is the fallback.
 """
 
 from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
+from kernels_jit.rng import to_int64
 from kernels_jit.validation import check_same_device, check_tensor
 from kernels_lplb import reference
+from kernels_lplb.ops.solve_lp import SMEM_LIMIT, normal_matrix_bytes
 
 OP_ID = "lplb.lplb_dispatch"
 
@@ -29,6 +36,53 @@ def _lplb_dispatch_torch(
     log2phy_prob.copy_(prob)
 
 
+LPLB_DISPATCH_CUDA = ModuleSpec(
+    name="lplb_dispatch",
+    package="kernels_lplb",
+    sources=("csrc/lplb_dispatch.cuh",),
+    exports=(("lplb_dispatch", "lplb_dispatch"),),
+    description="CUDA: LP replica shares in one CTA (fp64 interior point), then the seeded draw",
+)
+
+_lplb_dispatch_cuda = CompiledFunction(LPLB_DISPATCH_CUDA, "lplb_dispatch")
+
+
+def shares_smem_bytes(experts: int, physical: int, num_gpus: int) -> int:
+    """Shared memory of the CUDA shares kernel (csrc/lplb_dispatch.cuh ``SharesLayout``): the LP
+    of a valid layout is at most (Pe - L + G) x (2 (Pe - L) + G + 2)."""
+    extra = max(physical - experts, 0)
+    rows, cols = extra + num_gpus, 2 * extra + num_gpus + 2
+    odd = cols if cols % 2 else cols + 1
+    lp = normal_matrix_bytes(rows, cols) + num_gpus * 8 + rows * odd * 4 + rows * 4
+    return lp + experts * 20 + physical * 8 + cols * 4 + 16
+
+
+def _lplb_dispatch_cuda_eligible(
+    phys_ids: torch.Tensor,
+    log2phy_prob: torch.Tensor,
+    topk_ids: torch.Tensor,
+    phy2log: torch.Tensor,
+    log2phy: torch.Tensor,
+    num_gpus: int,
+    counts: torch.Tensor | None,
+    seed: int,
+) -> str | None:
+    tensors = (topk_ids, phy2log, log2phy) + (() if counts is None else (counts,))
+    if not all(t.is_contiguous() for t in tensors):
+        return "needs contiguous topk_ids, phy2log, log2phy and counts"
+    experts, max_copies = log2phy.shape
+    physical = phy2log.shape[0]
+    if max(experts, physical, max_copies) >= 2**20 or topk_ids.numel() >= 2**31:
+        return "needs L, Pe, Cmax < 2^20 and T k < 2^31"
+    need = shares_smem_bytes(experts, physical, num_gpus)
+    if need > SMEM_LIMIT:
+        return (
+            f"L = {experts}, Pe = {physical}, G = {num_gpus}: the LP needs {need} bytes of shared "
+            "memory > 227 KB (Pe - L + G <= ~150)"
+        )
+    return None
+
+
 LPLB_DISPATCH = Op(_lplb_dispatch_torch, mutates=("phys_ids", "log2phy_prob"), device="topk_ids")
 INDEX = LPLB_DISPATCH.dtypes
 
@@ -41,14 +95,22 @@ def lplb_dispatch(
     *,
     counts: torch.Tensor | None = None,
     seed: int = 0,
+    validate: bool = False,
     backend: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Map each token slot's logical expert to one of its physical replicas so that GPU loads
     balance (SGLang's LPLB).
 
+    The layout: physical slot p holds logical expert ``phy2log[p]`` and sits on GPU
+    ``p // (Pe/G)``; ``log2phy`` is the exact inverse of ``phy2log`` (row l lists, in any order
+    and -1 padded, every slot p with ``phy2log[p] == l``, each slot once), and every logical
+    expert has at least one slot.
+
     1. Load ``t = counts / sum(counts)`` (default counts: bincount of topk_ids).
     2. An LP (solved with :func:`solve_lp`) splits each replicated expert's load over its copies
-       to minimise the largest GPU load; GPU g owns physical experts ``[g Pe/G, (g+1) Pe/G)``.
+       to minimise the largest GPU load. The copies of expert l and the single-copy load of each
+       GPU come from ``phy2log``; ``log2phy``'s row order numbers the LP variables and the
+       dispatch columns.
     3. ``log2phy_prob[l, c]`` = share of copy ``log2phy[l, c]`` (0 for -1 entries; equal split if
        the LP does not converge).
     4. Slot (t, j) of logical l picks copy c with probability proportional to its share, by inverse
@@ -56,12 +118,24 @@ def lplb_dispatch(
 
     Parameters
     ----------
-    topk_ids : [T, k] int32 logical expert ids (negative: no expert).
-    phy2log : [Pe] int32 logical id of each physical expert.
-    log2phy : [L, Cmax] int32 physical ids of each logical expert, -1 padded (column 0 valid).
+    topk_ids : [T, k] int32/int64 logical expert ids (negative: no expert).
+    phy2log : [Pe] int32/int64 logical id of each physical slot.
+    log2phy : [L, Cmax] int32/int64 physical slots of each logical expert, -1 padded.
     num_gpus : G, dividing Pe.
-    counts : optional [L] global token counts (after the engine's expert-parallel all-reduce).
+    counts : optional [L] global token counts (after the engine's expert-parallel all-reduce),
+        int32, int64 or float32.
     seed : int seed of the dispatch draw.
+    validate : check the values of topk_ids (< L) and the layout rules above before launching
+        (ValueError naming the first violation). This reads them on the host: a device-to-host
+        sync on CUDA, so not for CUDA graphs; skipped while torch.compile traces.
+
+    Checks and their cost
+    ---------------------
+    Types, dtypes, shapes, devices and ``num_gpus`` are always checked (no sync). The torch
+    reference (CPU, and the CUDA fallback) always checks the values too. The CUDA kernels check
+    the layout on the device without a sync: a layout that breaks the rules (passed without
+    ``validate=True``) gives ``log2phy_prob`` all NaN and ``phys_ids`` all -1, never a fault; an
+    id >= L gives -1 for that slot.
 
     Returns
     -------
@@ -95,6 +169,16 @@ def lplb_dispatch(
             )
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"{OP_ID}: seed must be an int, got {type(seed).__name__}")
+    if not isinstance(validate, bool):
+        raise TypeError(f"{OP_ID}: validate must be a bool, got {type(validate).__name__}")
+    seed = to_int64(seed)
+    if validate and not torch.compiler.is_compiling():
+        if topk_ids.numel() and int(topk_ids.max()) >= experts:
+            raise ValueError(
+                f"{OP_ID}: topk_ids must be < L = {experts} (or negative), "
+                f"got {int(topk_ids.max())}"
+            )
+        reference.check_layout(OP_ID, phy2log, log2phy)
     phys_ids = torch.empty(topk_ids.shape, dtype=torch.int32, device=topk_ids.device)
     log2phy_prob = torch.empty(experts, max_copies, dtype=torch.float32, device=topk_ids.device)
     if experts:
@@ -132,5 +216,8 @@ def _lplb_dispatch_samples(device: torch.device) -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(1)
     phy2log, log2phy = replicated_layout(16, 8, 4)
     topk = torch.randint(0, 16, (64, 4), generator=g, dtype=torch.int32)
-    args = (topk.to(device), phy2log.to(device), log2phy.to(device), 4)
-    return [(args, {"seed": 5})]
+    samples = []
+    for dtype in (torch.int32, torch.int64):
+        args = (topk.to(dtype).to(device), phy2log.to(device), log2phy.to(device), 4)
+        samples.append((args, {"seed": 5}))
+    return samples

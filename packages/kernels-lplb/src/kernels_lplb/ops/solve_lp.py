@@ -1,13 +1,17 @@
 """lplb.solve_lp: batched small dense linear programs by a primal-dual interior-point method.
 
-Backends: the pure-torch reference only (float64 interior point).
+CUDA (csrc/solve_lp.cuh on csrc/ipm.cuh): one CTA of 256 threads per problem runs the reference's
+Mehrotra predictor-corrector step for step in fp64 arithmetic, with the normal matrix, the vectors
+and (when it fits) A in shared memory. The pure-torch reference (float64) is the fallback.
 """
 
 from __future__ import annotations
 
 import torch
 
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_tensor
 from kernels_lplb import reference
 
@@ -28,6 +32,57 @@ def _solve_lp_torch(
     status.copy_(flags)
 
 
+SOLVE_LP_CUDA = ModuleSpec(
+    name="solve_lp",
+    package="kernels_lplb",
+    sources=("csrc/solve_lp.cuh",),
+    exports=(("solve_lp", "solve_lp"),),
+    description="CUDA: batched dense LPs, a CTA per problem (fp64 interior point in shared memory)",
+)
+
+_solve_lp_cuda = CompiledFunction(SOLVE_LP_CUDA, "solve_lp")
+
+# The opt-in shared memory per block of Hopper (H100/H200): 227 KB.
+SMEM_LIMIT = 227 * 1024
+_THREADS, _VECTORS_N, _VECTORS_M, _REDUCE = 256, 10, 7, 16
+
+
+def _odd(n: int) -> int:
+    return n if n % 2 else n + 1
+
+
+def normal_matrix_bytes(rows: int, cols: int) -> int:
+    """Shared memory of the CUDA kernel without A: the fp64 normal matrix m x (m|1), 10 vectors
+    of n and 7 of m doubles, the reduction scratch (csrc/ipm.cuh ``work_bytes``)."""
+    return (
+        rows * _odd(rows) + _VECTORS_N * cols + _VECTORS_M * rows + _THREADS // 32 * _REDUCE
+    ) * 8
+
+
+def _solve_lp_cuda_eligible(
+    x: torch.Tensor,
+    status: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    max_iters: int,
+    tol: float,
+) -> str | None:
+    if not (a.dtype == b.dtype == c.dtype):
+        return "needs A, b and c of one dtype"
+    if not (a.is_contiguous() and b.is_contiguous() and c.is_contiguous()):
+        return "needs contiguous A, b and c"
+    rows, cols = a.shape[1], a.shape[2]
+    if rows >= 2**20 or cols >= 2**20 or a.shape[0] >= 2**31 or max_iters >= 2**30:
+        return "needs P < 2^31, m and n < 2^20, max_iters < 2^30"
+    if normal_matrix_bytes(rows, cols) > SMEM_LIMIT:
+        return (
+            f"m = {rows}, n = {cols}: the fp64 normal matrix and vectors need "
+            f"{normal_matrix_bytes(rows, cols)} bytes of shared memory > 227 KB (m <= ~160)"
+        )
+    return None
+
+
 SOLVE_LP = Op(_solve_lp_torch, mutates=("x", "status"), device="a")
 DTYPES = SOLVE_LP.dtypes
 
@@ -45,7 +100,9 @@ def solve_lp(
 
     Primal-dual path following (Mehrotra predictor-corrector) on the normal equations, factored by
     Cholesky with a pivot floor, so redundant equality rows are allowed. Compare objectives and
-    feasibility, not iterates: degenerate problems have many optimal x.
+    feasibility, not iterates: degenerate problems have many optimal x. Every backend runs the
+    same iterations in fp64 arithmetic; the CUDA backend solves one problem per CTA with the
+    normal matrix in shared memory (m up to about 160; larger m runs on the reference).
 
     Parameters
     ----------
@@ -80,12 +137,12 @@ def _solve_lp_samples(device: torch.device) -> list[tuple[tuple, dict]]:
     primal point x0 > 0 and a dual point (y0, s0 > 0)."""
     g = torch.Generator().manual_seed(0)
     cases = []
-    for problems, rows, cols in ((4, 3, 7), (2, 6, 20)):
+    for (problems, rows, cols), dtype in (((4, 3, 7), torch.float32), ((2, 6, 20), torch.float64)):
         a = torch.randn(problems, rows, cols, generator=g)
         x0 = torch.rand(problems, cols, generator=g)
         y0 = torch.randn(problems, rows, generator=g)
         s0 = torch.rand(problems, cols, generator=g)
         b = (a @ x0[..., None])[..., 0]
         c = (a.transpose(1, 2) @ y0[..., None])[..., 0] + s0
-        cases.append(((a.to(device), b.to(device), c.to(device)), {}))
+        cases.append(((a.to(dtype).to(device), b.to(dtype).to(device), c.to(dtype).to(device)), {}))
     return cases

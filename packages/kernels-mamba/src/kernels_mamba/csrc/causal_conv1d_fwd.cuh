@@ -1,13 +1,23 @@
 // mamba.causal_conv1d_fwd, CUDA: the depthwise causal conv1d of prefill sequences, in place.
 //
-// A CTA per (sequence, channel block) walks the whole sequence in rounds. In a round each thread
-// owns kCG-th of the block's channels (one 16-byte pack of kN channels, or one channel) and a run
-// of R <= kR consecutive time steps: it loads its run plus the W-1 rows before it (all the
-// round's reads happen before one barrier, all its writes after it, so every input is original),
-// computes in fp32 with a sliding window, then stores. The W-1 original rows at the end of each
-// round go to shared memory: they are the halo of the next round and, after the last round, the
-// new conv state. The prefix (the stored state or zeros) seeds the first halo. Channel-last x
-// (stride (1, row): the proj_out view) takes the 16-byte path; other layouts the scalar one.
+// The op works in place, so a sequence's channel is owned by one warp or one CTA from its first
+// column to its last (the W-1 halo of a chunk is carried in registers, never re-read from x, which
+// the previous chunk has already overwritten). Three kernels, by the layout of x:
+// - channel-first (stride 1 along time: [D, T] or [Bt, D, L] contiguous): a warp per (sequence,
+//   channel). Lane l holds packs base + u*32 + l (u < kCfU) of 16 bytes along time (aligned to
+//   16-byte addresses, the row's head and tail element-wise), so each load instruction is one
+//   coalesced 512-byte run and a warp has 32 x kCfU x 16 bytes in flight; the halo of a pack is
+//   the tail of the previous pack, from lane l-1 (or lane 31 of pack u-1, or the previous
+//   iteration) by shuffles. No shared memory, no barrier.
+// - channel-last (stride 1 along channels: the proj_out[:, :D].T view), 16-byte aligned rows: a
+//   CTA of 512 threads per (sequence, kClP channel packs = 64 bytes per time step): thread (p, q)
+//   loads kClR consecutive time steps of pack p; its halo comes from thread q-1 by shuffles (the
+//   first time lane of a warp from shared memory, written by the previous warp); the next round's
+//   loads are issued before this round's math and stores (two rounds in flight per CTA).
+// - anything else (misaligned channel-last, odd strides): the scalar kernel below, a CTA per
+//   (sequence, channel) walking the sequence in rounds with a shared-memory halo.
+// fp32 products and sums, one rounding. The new conv state (the last W-1 original columns of
+// concat(prefix, x_b)) is written from registers after every read of the prefix.
 #pragma once
 
 #include <kernels/version.h>
@@ -187,6 +197,320 @@ __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Params p) {
   }
 }
 
+
+// The sequence of CTA row b: its first column and length, its state row, whether the prefix is
+// the stored state. False when it is skipped (pad slot, out-of-range row or bad query_start_loc).
+__device__ __forceinline__ bool sequence_of(const Params& p, int64_t b, int64_t& start,
+                                            int64_t& len, int64_t& row, bool& use_state) {
+  start = 0;
+  len = p.length;
+  if (p.varlen) {
+    start = mamba_common::load_index(p.qsl, b, p.qsl64);
+    const int64_t end = mamba_common::load_index(p.qsl, b + 1, p.qsl64);
+    if (start < 0 || end > p.tokens || end < start) return false;
+    len = end - start;
+  }
+  row = b;
+  if (p.indices != nullptr) {
+    row = mamba_common::load_index(p.indices, b, p.indices64);
+    if (row == p.pad_slot_id) return false;
+  }
+  if (p.states != nullptr && (row < 0 || row >= p.slots)) return false;
+  use_state = p.states != nullptr && p.init != nullptr && p.init[b * p.init_stride];
+  return true;
+}
+
+constexpr int kCfWarps = 4;  // channels per CTA (one warp each)
+constexpr int kCfU = 8;      // 16-byte packs per lane per iteration
+
+template <typename T, int kW>
+__global__ void __launch_bounds__(kCfWarps * 32) fwd_cf_kernel(const Params p) {
+  constexpr int kN = kernels::kVectorBytes / static_cast<int>(sizeof(T));
+  constexpr int kH = kW - 1;
+  using Pk = kernels::Pack<T, kN>;
+  constexpr int kWords = Pk::kWords;
+  constexpr int kPerWord = Pk::kPerWord;
+  constexpr int kHW = (kH + kPerWord - 1) / kPerWord;  // words holding a pack's last kH values
+  const int lane = threadIdx.x % 32;
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * kCfWarps + threadIdx.x / 32;
+  const int64_t b = blockIdx.y;
+  if (d >= p.dim) return;  // uniform over the warp
+  int64_t start, len, row;
+  bool use_state;
+  if (!sequence_of(p, b, start, len, row, use_state)) return;
+  const int64_t rowlen = p.varlen ? p.tokens : p.length;
+  T* xr = static_cast<T*>(p.x) + b * p.xs_b + d * p.xs_d;  // column 0 of the row (xs_t == 1)
+  // Pack k covers columns [k * kN - o, k * kN - o + kN): packs sit on 16-byte addresses.
+  const int64_t o = static_cast<int64_t>(reinterpret_cast<uintptr_t>(xr) % 16) / sizeof(T);
+  const int64_t end = start + len;
+  float w[kW];
+#pragma unroll
+  for (int j = 0; j < kW; ++j)
+    w[j] = mamba_common::load_any(p.weight, d * p.ws_d + j * p.ws_w, p.wcode);
+  const float bias = p.bias ? mamba_common::load_any(p.bias, d * p.bs_d, p.bcode) : 0.0f;
+  const int64_t srow = row * p.ss_s + d * p.ss_d;
+  float pre[kH];
+#pragma unroll
+  for (int k = 0; k < kH; ++k)
+    pre[k] = use_state ? mamba_common::load_any(p.states, srow + k * p.ss_w, p.scode) : 0.0f;
+  if (len == 0) {  // the state keeps the prefix (zeros without an initial state)
+    __syncwarp();
+    if (p.states != nullptr && lane == 0) {
+#pragma unroll
+      for (int k = 0; k < kH; ++k) mamba_common::store_any(p.states, srow + k * p.ss_w, p.scode, pre[k]);
+    }
+    return;
+  }
+  const int64_t first = (start + o) / kN, last = (end - 1 + o) / kN;
+  uint32_t carry[kHW];
+#pragma unroll
+  for (int k = 0; k < kHW; ++k) carry[k] = 0;
+  for (int64_t base = first; base <= last; base += 32 * kCfU) {
+    // 1. Loads: every pack of the iteration (16-byte vectors; the row's ends element-wise).
+    Pk raw[kCfU];
+#pragma unroll
+    for (int u = 0; u < kCfU; ++u) {
+      const int64_t pk = base + u * 32 + lane;
+      const int64_t c0 = pk * kN - o;
+      if (pk <= last && c0 >= 0 && c0 + kN <= rowlen) {
+        raw[u].load_stream(xr + c0);
+      } else if (pk <= last) {
+        float f[kN];
+#pragma unroll
+        for (int i = 0; i < kN; ++i)
+          f[i] = c0 + i >= 0 && c0 + i < rowlen ? kernels::to_float(xr[c0 + i]) : 0.0f;
+        raw[u].pack(f);  // exact: the values came from T
+      } else {
+        raw[u].zero();
+      }
+    }
+    __syncwarp();  // every lane's prefix read before any lane's state write
+    // 2. Per pack: the halo (tail of the previous pack) by shuffles, fp32 math, store.
+    uint32_t next_carry[kHW];
+#pragma unroll
+    for (int k = 0; k < kHW; ++k)
+      next_carry[k] = __shfl_sync(0xffffffffu, raw[kCfU - 1].w[kWords - kHW + k], 31);
+#pragma unroll
+    for (int u = 0; u < kCfU; ++u) {
+      float e[kH + kN];  // columns c0 - kH .. c0 + kN - 1
+      {
+        uint32_t hw[kHW];
+#pragma unroll
+        for (int k = 0; k < kHW; ++k) {
+          const uint32_t up = __shfl_up_sync(0xffffffffu, raw[u].w[kWords - kHW + k], 1);
+          const uint32_t wrap =
+              u > 0 ? __shfl_sync(0xffffffffu, raw[u > 0 ? u - 1 : 0].w[kWords - kHW + k], 31)
+                    : carry[k];
+          hw[k] = lane == 0 ? wrap : up;
+        }
+        float hf[kHW * kPerWord];
+#pragma unroll
+        for (int k = 0; k < kHW; ++k) kernels::Words<T>::unpack(hw[k], hf + k * kPerWord);
+#pragma unroll
+        for (int m = 0; m < kH; ++m) e[m] = hf[kHW * kPerWord - kH + m];
+        float f[kN];
+        raw[u].unpack(f);
+#pragma unroll
+        for (int i = 0; i < kN; ++i) e[kH + i] = f[i];
+      }
+      const int64_t pk = base + u * 32 + lane;
+      const int64_t c0 = pk * kN - o;
+      if (pk > last) continue;
+      if (c0 - kH < start) {  // columns before the sequence: its prefix
+#pragma unroll
+        for (int m = 0; m < kH + kN; ++m) {
+          const int64_t c = c0 - kH + m;
+          if (c < start) {
+            float v = 0.0f;
+#pragma unroll
+            for (int k = 0; k < kH; ++k) v = c == start - kH + k ? pre[k] : v;
+            e[m] = v;
+          }
+        }
+      }
+      float y[kN];
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        float acc = bias;
+#pragma unroll
+        for (int j = 0; j < kW; ++j) acc += w[j] * e[i + j];
+        y[i] = p.silu ? mamba_common::silu(acc) : acc;
+      }
+      if (c0 >= start && c0 + kN <= end) {
+        Pk out;
+        out.pack(y);
+        out.store_stream(xr + c0);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i)
+          if (c0 + i >= start && c0 + i < end) xr[c0 + i] = kernels::from_float<T>(y[i]);
+      }
+      if (p.states != nullptr && pk == last) {  // the new state: columns end - kH .. end - 1
+#pragma unroll
+        for (int k = 0; k < kH; ++k) {
+          const int64_t idx = end - c0 + k;  // in e: column end - kH + k
+          float v = 0.0f;
+#pragma unroll
+          for (int m = 0; m < kH + kN; ++m) v = m == idx ? e[m] : v;
+          mamba_common::store_any(p.states, srow + k * p.ss_w, p.scode, v);
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kHW; ++k) carry[k] = next_carry[k];
+  }
+}
+
+constexpr int kClP = 4;                   // 16-byte channel packs per CTA (64 bytes a step)
+constexpr int kClThreads = 512;
+constexpr int kClQ = kClThreads / kClP;   // time lanes
+constexpr int kClR = 4;                   // consecutive steps per time lane per round (>= W-1)
+constexpr int kClWarps = kClThreads / 32;
+constexpr int kClQW = 32 / kClP;          // time lanes per warp
+
+template <typename T, int kW>
+__global__ void __launch_bounds__(kClThreads, 1) fwd_cl_kernel(const Params p) {
+  constexpr int kN = kernels::kVectorBytes / static_cast<int>(sizeof(T));
+  constexpr int kH = kW - 1;
+  constexpr int kCh = kClP * kN;
+  using Pk = kernels::Pack<T, kN>;
+  __shared__ float halo[3][kClWarps][kH][kCh];  // each warp's last kH steps, rounds mod 3
+  __shared__ float prefix[kH][kCh];
+  const int t = threadIdx.x;
+  const int pi = t % kClP, q = t / kClP, warp = t / 32, qw = q % kClQW;
+  const int64_t b = blockIdx.y;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * kClP + pi) * kN;
+  const bool active = c0 < p.dim;
+  int64_t start, len, row;
+  bool use_state;
+  if (!sequence_of(p, b, start, len, row, use_state)) return;  // uniform over the CTA
+  T* xs = static_cast<T*>(p.x) + b * p.xs_b + start * p.xs_t + (active ? c0 : 0);
+  float w[kN][kW], bias[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const int64_t c = active ? c0 + i : 0;
+#pragma unroll
+    for (int j = 0; j < kW; ++j)
+      w[i][j] = mamba_common::load_any(p.weight, c * p.ws_d + j * p.ws_w, p.wcode);
+    bias[i] = p.bias ? mamba_common::load_any(p.bias, c * p.bs_d, p.bcode) : 0.0f;
+  }
+  if (q == 0) {
+#pragma unroll
+    for (int k = 0; k < kH; ++k)
+#pragma unroll
+      for (int i = 0; i < kN; ++i)
+        prefix[k][pi * kN + i] =
+            use_state && active
+                ? mamba_common::load_any(p.states,
+                                         row * p.ss_s + (c0 + i) * p.ss_d + k * p.ss_w, p.scode)
+                : 0.0f;
+  }
+  const int64_t per_round = static_cast<int64_t>(kClQ) * kClR;
+  Pk raw[kClR];
+#pragma unroll
+  for (int m = 0; m < kClR; ++m) {
+    const int64_t pos = static_cast<int64_t>(q) * kClR + m;
+    if (active && pos < len) {
+      raw[m].load_stream(xs + pos * p.xs_t);
+    } else {
+      raw[m].zero();
+    }
+  }
+  int r3 = 0;  // round % 3
+  for (int64_t rs = 0; rs < len; rs += per_round) {
+    // 1. The warp's last time lane publishes its last kH (original) steps.
+    if (qw == kClQW - 1) {
+#pragma unroll
+      for (int k = 0; k < kH; ++k) {
+        float f[kN];
+        raw[kClR - kH + k].unpack(f);
+#pragma unroll
+        for (int i = 0; i < kN; ++i) halo[r3][warp][k][pi * kN + i] = f[i];
+      }
+    }
+    // 2. The next round's loads, in flight during this round's math and stores.
+    Pk nxt[kClR];
+#pragma unroll
+    for (int m = 0; m < kClR; ++m) {
+      const int64_t pos = rs + per_round + static_cast<int64_t>(q) * kClR + m;
+      if (active && pos < len) {
+        nxt[m].load_stream(xs + pos * p.xs_t);
+      } else {
+        nxt[m].zero();
+      }
+    }
+    __syncthreads();
+    // 3. The window before my first step: time lane q-1 (shuffle), the previous warp (shared),
+    //    the previous round's last warp, or the prefix.
+    float win[kH][kN];
+#pragma unroll
+    for (int k = 0; k < kH; ++k) {
+      Pk v;
+#pragma unroll
+      for (int a = 0; a < Pk::kWords; ++a)
+        v.w[a] = __shfl_up_sync(0xffffffffu, raw[kClR - kH + k].w[a], kClP);
+      v.unpack(win[k]);
+    }
+    if (qw == 0) {
+      const float(*src)[kCh] = warp > 0    ? halo[r3][warp - 1]
+                               : rs == 0   ? prefix
+                                           : halo[r3 == 0 ? 2 : r3 - 1][kClWarps - 1];
+#pragma unroll
+      for (int k = 0; k < kH; ++k)
+#pragma unroll
+        for (int i = 0; i < kN; ++i) win[k][i] = src[k][pi * kN + i];
+    }
+    // 4. kClR steps: fp32 math, store, and the new state from the last kH original steps.
+#pragma unroll
+    for (int m = 0; m < kClR; ++m) {
+      const int64_t pos = rs + static_cast<int64_t>(q) * kClR + m;
+      float f[kN], y[kN];
+      raw[m].unpack(f);
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        float acc = bias[i] + w[i][kW - 1] * f[i];
+#pragma unroll
+        for (int k = 0; k < kH; ++k) acc += w[i][k] * win[k][i];
+        y[i] = p.silu ? mamba_common::silu(acc) : acc;
+      }
+#pragma unroll
+      for (int k = 0; k + 1 < kH; ++k)
+#pragma unroll
+        for (int i = 0; i < kN; ++i) win[k][i] = win[k + 1][i];
+#pragma unroll
+      for (int i = 0; i < kN; ++i) win[kH - 1][i] = f[i];
+      if (active && pos < len) {
+        Pk out;
+        out.pack(y);
+        out.store_stream(xs + pos * p.xs_t);
+        if (p.states != nullptr && pos >= len - kH) {
+#pragma unroll
+          for (int i = 0; i < kN; ++i)
+            mamba_common::store_any(p.states,
+                                    row * p.ss_s + (c0 + i) * p.ss_d + (pos - (len - kH)) * p.ss_w,
+                                    p.scode, f[i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kClR; ++m) raw[m] = nxt[m];
+    r3 = r3 == 2 ? 0 : r3 + 1;
+  }
+  // A sequence shorter than kH: the state's first kH - len columns are the prefix's tail (the
+  // threads that read the prefix write them: their own reads come first).
+  if (p.states != nullptr && len < kH && q == 0 && active) {
+#pragma unroll
+    for (int k = 0; k < kH; ++k) {
+      if (k < kH - len) {
+#pragma unroll
+        for (int i = 0; i < kN; ++i)
+          mamba_common::store_any(p.states, row * p.ss_s + (c0 + i) * p.ss_d + k * p.ss_w,
+                                  p.scode, prefix[k + len][pi * kN + i]);
+      }
+    }
+  }
+}
+
 template <typename T, int kN, int kCG>
 void launch(const kernels::Launch& ctx, const Params& p, int64_t width, int64_t seqs) {
   const dim3 grid(kernels::ceil_div(p.dim, kCG * kN), static_cast<unsigned>(seqs));
@@ -307,15 +631,34 @@ inline void causal_conv1d_fwd(tvm::ffi::TensorView x, tvm::ffi::TensorView weigh
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(x);
   const kernels::Launch ctx(kOp, x);
-  // 4. Dispatch: 16-byte packs along contiguous channels when everything lines up.
+  // 4. Dispatch on the layout of x: channel-first rows (stride 1 along time) take the warp
+  // kernel; 16-byte aligned channel-last rows the CTA kernel; anything else the scalar kernel.
   KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
     constexpr int kN = kernels::kVectorBytes / static_cast<int>(sizeof(T));
     const int64_t esize = sizeof(T);
-    const bool vec = (p.xs_d == 1 || dim == 1) && dim % kN == 0 &&
-                     kernels::is_aligned(p.x) && (p.xs_t * esize) % 16 == 0 &&
-                     (p.xs_b * esize) % 16 == 0;
-    if (vec) {
-      detail::launch<T, kN, 2>(ctx, p, width, seqs);
+    const int64_t len_dim = varlen ? x.size(1) : x.size(2);
+    const bool time_unit = p.xs_t == 1 || len_dim == 1;
+    const bool chan_unit = p.xs_d == 1 || dim == 1;
+    const bool chan_last = chan_unit && !(time_unit && dim == 1) && dim % kN == 0 &&
+                           kernels::is_aligned(p.x) && (p.xs_t * esize) % 16 == 0 &&
+                           (p.xs_b * esize) % 16 == 0;
+    const bool chan_first = time_unit && (!chan_unit || dim == 1 || !chan_last) &&
+                            kernels::is_aligned(p.x, sizeof(T));
+    if (time_unit) p.xs_t = 1;  // the warp kernel addresses columns as xr + c
+    if (chan_first) {
+      const dim3 grid(kernels::ceil_div(dim, detail::kCfWarps), static_cast<unsigned>(seqs));
+      switch (width) {
+        case 2: detail::fwd_cf_kernel<T, 2><<<grid, detail::kCfWarps * 32, 0, ctx.stream>>>(p); break;
+        case 3: detail::fwd_cf_kernel<T, 3><<<grid, detail::kCfWarps * 32, 0, ctx.stream>>>(p); break;
+        default: detail::fwd_cf_kernel<T, 4><<<grid, detail::kCfWarps * 32, 0, ctx.stream>>>(p); break;
+      }
+    } else if (chan_last) {
+      const dim3 grid(kernels::ceil_div(dim / kN, detail::kClP), static_cast<unsigned>(seqs));
+      switch (width) {
+        case 2: detail::fwd_cl_kernel<T, 2><<<grid, detail::kClThreads, 0, ctx.stream>>>(p); break;
+        case 3: detail::fwd_cl_kernel<T, 3><<<grid, detail::kClThreads, 0, ctx.stream>>>(p); break;
+        default: detail::fwd_cl_kernel<T, 4><<<grid, detail::kClThreads, 0, ctx.stream>>>(p); break;
+      }
     } else {
       detail::launch<T, 1, 1>(ctx, p, width, seqs);
     }

@@ -1,8 +1,17 @@
 // mamba.causal_conv1d_update, CUDA: one decode step (or L speculative steps) of the depthwise
-// causal conv1d. A thread per (batch row, channel): the W-1 window of the state in registers,
-// the state row shifted (or written circularly at cache_seqlens % Ls) from the original values,
-// then the L outputs, fp32 products and sums, one rounding. Rows whose state index is
-// pad_slot_id (or out of range) are untouched. Any strides; x and state one dtype.
+// causal conv1d.
+//
+// Vector path (the decode shape: L = 1, Ls = W-1, x and the state rows 16-byte aligned with the
+// channels (x) and the state row contiguous): a thread per (batch row, pack of kC = 16 / sizeof(T)
+// channels). Its state is kC x (W-1) contiguous values (W-1 16-byte packs, [S, D, W-1] layout) or
+// W-1 packs of kC channels ([S, W-1, D] layout, the channel-last state), its x one pack, its taps
+// W packs (when weight is T and contiguous, else scalar loads); every load is issued at once, the
+// window is shifted (or read circularly at cache_seqlens % Ls) in registers, fp32 products, and
+// the state and x packs are written back. 64-thread CTAs, a grid of (D / kC / 64, B).
+// Generic path (anything else: L > 1, longer circular states, odd strides): a thread per
+// (batch row, channel), the W-1 window in registers, the state row shifted (or written circularly)
+// from the original values, then the L outputs.
+// Rows whose state index is pad_slot_id (or out of range) are untouched. x and state one dtype.
 #pragma once
 
 #include <kernels/version.h>
@@ -12,6 +21,7 @@ KERNELS_REQUIRE_HEADERS_API(2);
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
 #include <kernels/tensor.h>
+#include <kernels/vec.cuh>
 
 #include "mamba_common.cuh"
 
@@ -31,7 +41,127 @@ struct Params {
   int64_t pad_slot_id;
   int wcode, bcode;
   bool seqlens64, indices64, silu;
+  bool weight_vec, bias_vec;  // vector path: taps / bias are T, contiguous and 16-byte aligned
 };
+
+constexpr int kVecThreads = 64;
+
+// The vector path (see the header). kChLast: the state row is [W-1, D] (stride (1, ...) over
+// channels) rather than [D, W-1].
+template <typename T, int kW, bool kChLast>
+__global__ void __launch_bounds__(kVecThreads) update_vec_kernel(const Params p) {
+  constexpr int kC = kernels::kVectorBytes / static_cast<int>(sizeof(T));
+  constexpr int kH = kW - 1;  // state columns (Ls == W-1 on this path)
+  using Pk = kernels::Pack<T, kC>;
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * kVecThreads + threadIdx.x;
+  const int64_t b = blockIdx.y;
+  const int64_t d0 = chunk * kC;
+  if (d0 >= p.dim) return;
+  int64_t row = b;
+  if (p.indices != nullptr) {
+    row = mamba_common::load_index(p.indices, b, p.indices64);
+    if (row == p.pad_slot_id || row < 0 || row >= p.slots) return;
+  }
+  T* x = static_cast<T*>(p.x) + b * p.xs_b + d0;
+  T* st = static_cast<T*>(p.state) + row * p.ss_s + (kChLast ? d0 : d0 * kH);
+  // Every load at once: the state packs, x, then the taps and bias (L1/L2 resident).
+  Pk sp[kH], xp;
+#pragma unroll
+  for (int a = 0; a < kH; ++a) sp[a].load_stream(kChLast ? st + a * p.ss_l : st + a * kC);
+  xp.load_stream(x);
+  int64_t head = 0;
+  if (p.seqlens != nullptr) {
+    const int64_t s = mamba_common::load_index(p.seqlens, b, p.seqlens64);
+    head = ((s % kH) + kH) % kH;
+  }
+  float w[kC][kW], bias[kC];
+  if (p.weight_vec) {
+    const T* wp = static_cast<const T*>(p.weight) + d0 * kW;
+#pragma unroll
+    for (int a = 0; a < kW; ++a) {
+      Pk v;
+      v.load_cached(wp + a * kC);
+      float f[kC];
+      v.unpack(f);
+#pragma unroll
+      for (int i = 0; i < kC; ++i) w[(a * kC + i) / kW][(a * kC + i) % kW] = f[i];
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kC; ++i)
+#pragma unroll
+      for (int j = 0; j < kW; ++j)
+        w[i][j] = mamba_common::load_any(p.weight, (d0 + i) * p.ws_d + j * p.ws_w, p.wcode);
+  }
+  if (p.bias == nullptr) {
+#pragma unroll
+    for (int i = 0; i < kC; ++i) bias[i] = 0.0f;
+  } else if (p.bias_vec) {
+    Pk v;
+    v.load_cached(static_cast<const T*>(p.bias) + d0);
+    v.unpack(bias);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kC; ++i)
+      bias[i] = mamba_common::load_any(p.bias, (d0 + i) * p.bs_d, p.bcode);
+  }
+  // The state as s[channel][column] (original values), x as xf[channel].
+  float s[kC][kH], xf[kC];
+#pragma unroll
+  for (int a = 0; a < kH; ++a) {
+    float f[kC];
+    sp[a].unpack(f);
+#pragma unroll
+    for (int i = 0; i < kC; ++i) {
+      if constexpr (kChLast) {
+        s[i][a] = f[i];
+      } else {
+        s[(a * kC + i) / kH][(a * kC + i) % kH] = f[i];
+      }
+    }
+  }
+  xp.unpack(xf);
+  // The window (oldest first) and the new state: shifted, or x written at the circular head.
+  float y[kC], ns[kC][kH];
+#pragma unroll
+  for (int i = 0; i < kC; ++i) {
+    float win[kH];
+#pragma unroll
+    for (int k = 0; k < kH; ++k) {
+      if (p.seqlens == nullptr) {
+        win[k] = s[i][k];
+        ns[i][k] = k + 1 < kH ? s[i][k + 1] : xf[i];
+      } else {
+        float v = s[i][0];
+#pragma unroll
+        for (int j = 1; j < kH; ++j) v = (head + k) % kH == j ? s[i][j] : v;
+        win[k] = v;
+        ns[i][k] = k == head ? xf[i] : s[i][k];
+      }
+    }
+    float acc = bias[i] + w[i][kW - 1] * xf[i];
+#pragma unroll
+    for (int k = 0; k < kH; ++k) acc += w[i][k] * win[k];
+    y[i] = p.silu ? mamba_common::silu(acc) : acc;
+  }
+  // Write back: the state packs (exact: every value came from T), then the output over x.
+#pragma unroll
+  for (int a = 0; a < kH; ++a) {
+    float f[kC];
+#pragma unroll
+    for (int i = 0; i < kC; ++i) {
+      if constexpr (kChLast) {
+        f[i] = ns[i][a];
+      } else {
+        f[i] = ns[(a * kC + i) / kH][(a * kC + i) % kH];
+      }
+    }
+    sp[a].pack(f);
+    sp[a].store_stream(kChLast ? st + a * p.ss_l : st + a * kC);
+  }
+  xp.pack(y);
+  xp.store_stream(x);
+}
 
 template <typename T, int kW>
 __global__ void __launch_bounds__(128) update_kernel(const Params p) {
@@ -182,9 +312,41 @@ inline void causal_conv1d_update(tvm::ffi::TensorView x, tvm::ffi::TensorView co
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(x);
   const kernels::Launch ctx(kOp, x);
-  // 4. Dispatch on dtype and width, launch (checked).
-  const dim3 grid(kernels::ceil_div(dim, 128), static_cast<unsigned>(batch));
+  // 4. Dispatch on dtype, width and path; launch (checked).
   KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
+    constexpr int kC = kernels::kVectorBytes / static_cast<int>(sizeof(T));
+    const int64_t es = sizeof(T);
+    const int64_t ls = p.state_len;
+    const bool x_ok = length == 1 && (p.xs_d == 1 || dim == 1) && dim % kC == 0 &&
+                      kernels::is_aligned(p.x) && (p.xs_b * es) % 16 == 0;
+    const bool state_rows = (p.ss_s * es) % 16 == 0 && kernels::is_aligned(p.state);
+    const bool st_cf = (p.ss_l == 1 || ls == 1) && p.ss_d == ls;  // [S, D, W-1] rows
+    const bool st_cl = (p.ss_d == 1 || dim == 1) && (p.ss_l * es) % 16 == 0;  // [S, W-1, D]
+    const bool vec = x_ok && ls == width - 1 && state_rows && (st_cf || st_cl);
+    if (vec) {
+      p.weight_vec = kernels::is_dtype(weight.dtype(), x.dtype().code, x.dtype().bits) &&
+                     p.ws_w == 1 && p.ws_d == width && kernels::is_aligned(p.weight);
+      p.bias_vec = bias.has_value() &&
+                   kernels::is_dtype(bias.value().dtype(), x.dtype().code, x.dtype().bits) &&
+                   (p.bs_d == 1 || dim == 1) && kernels::is_aligned(p.bias);
+      const dim3 grid(kernels::ceil_div(dim / kC, detail::kVecThreads),
+                      static_cast<unsigned>(batch));
+      auto go = [&](auto kernel) { kernel<<<grid, detail::kVecThreads, 0, ctx.stream>>>(p); };
+      const bool cf = st_cf;  // else the [S, W-1, D] state
+      switch (width) {
+        case 2:
+          cf ? go(detail::update_vec_kernel<T, 2, false>) : go(detail::update_vec_kernel<T, 2, true>);
+          break;
+        case 3:
+          cf ? go(detail::update_vec_kernel<T, 3, false>) : go(detail::update_vec_kernel<T, 3, true>);
+          break;
+        default:
+          cf ? go(detail::update_vec_kernel<T, 4, false>) : go(detail::update_vec_kernel<T, 4, true>);
+          break;
+      }
+      return;
+    }
+    const dim3 grid(kernels::ceil_div(dim, 128), static_cast<unsigned>(batch));
     switch (width) {
       case 2: detail::update_kernel<T, 2><<<grid, 128, 0, ctx.stream>>>(p); break;
       case 3: detail::update_kernel<T, 3><<<grid, 128, 0, ctx.stream>>>(p); break;

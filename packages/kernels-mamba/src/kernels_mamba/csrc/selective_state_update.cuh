@@ -1,11 +1,14 @@
 // mamba.selective_state_update, CUDA: one Mamba-2 decode step of the SSM state, in place.
 //
-// A CTA of 128 threads per (row tile of head_dim, head, batch row): B and C of the row's group
-// (and, "tied", the head's scalar dt' and exp(dt' A)) in shared memory / registers; TPR lanes
-// share a state row [ds] (16-byte packs when ds, strides and pointer allow, elements otherwise),
-// each thread streams kU rows at once (kU packs in flight): read, update in fp32, write, the
-// partial y reduced across the TPR lanes by shuffles. Rows whose state index is pad_slot_id (or
-// out of range) are untouched, state and output alike.
+// A CTA of 128 threads per (row tile of head_dim, head, batch row), no shared memory and no
+// barrier: TPR lanes share a state row [ds] (16-byte packs when ds, strides and pointer allow,
+// elements otherwise; TPR = 32 for an fp32 ds=128 row, 16 for bf16), each thread owns kU rows of
+// its tile. The state packs of all kU rows are the first loads a thread issues (right after the
+// slot index), then B/C of its ds chunk, x, dt (and D, z for the row it outputs), so one memory
+// round trip covers the whole tile; the next chunk's packs (ds > TPR packs) are loaded while the
+// current one is stored. fp32 math (the "tied" path: one dt' and exp(dt' A) per head), the partial
+// y reduced across the TPR lanes by shuffles, each row's output written by one lane. Rows whose
+// state index is pad_slot_id (or out of range) are untouched, state and output alike.
 #pragma once
 
 #include <kernels/version.h>
@@ -22,7 +25,7 @@ KERNELS_REQUIRE_HEADERS_API(2);
 namespace selective_state_update_detail {
 
 constexpr int kThreads = 128;
-constexpr int kU = 4;
+constexpr int kU = 4;  // state rows per thread: kU 16-byte packs in flight before any math
 
 struct Params {
   void* state;
@@ -49,49 +52,63 @@ __device__ __forceinline__ float step_of(const Params& p, int64_t b, int64_t h, 
 template <typename S, int kN, bool kTied>
 __global__ void __launch_bounds__(kThreads) ssu_kernel(const Params p) {
   using Pk = kernels::Pack<S, kN>;
-  extern __shared__ float smem[];
-  float* Bs = smem;
-  float* Cs = smem + p.dstate;
   const int64_t b = blockIdx.z, h = blockIdx.y;
-  int64_t row = b;
+  int64_t slot = b;
   if (p.indices != nullptr) {
-    row = mamba_common::load_index(p.indices, b, p.indices64);
-    if (row == p.pad_slot_id || row < 0 || row >= p.slots) return;
+    slot = mamba_common::load_index(p.indices, b, p.indices64);
+    if (slot == p.pad_slot_id || slot < 0 || slot >= p.slots) return;  // uniform over the CTA
   }
-  const int64_t g = h / p.heads_per_group;
-  for (int64_t n = threadIdx.x; n < p.dstate; n += kThreads) {
-    Bs[n] = mamba_common::load_any(p.B, b * p.bs_b + g * p.bs_g + n * p.bs_n, p.bcode);
-    Cs[n] = mamba_common::load_any(p.C, b * p.cs_b + g * p.cs_g + n * p.cs_n, p.ccode);
-  }
-  float tied_dt = 0.0f, tied_da = 0.0f;
-  if constexpr (kTied) {
-    tied_dt = step_of(p, b, h, 0);
-    tied_da = expf(tied_dt * mamba_common::load_any(p.A, h * p.as_h, p.acode));
-  }
-  __syncthreads();
-
   const int tpr = p.tpr;
   const int lane = threadIdx.x % tpr, sub = threadIdx.x / tpr;
   const int rows_per_pass = kThreads / tpr;
   const int64_t chunks = p.dstate / kN;
-  S* st = static_cast<S*>(p.state) + row * p.ss_s + h * p.ss_h;
+  S* st = static_cast<S*>(p.state) + slot * p.ss_s + h * p.ss_h;
   int64_t rows[kU];
   bool valid[kU];
-  float xv[kU], dtv[kU], acc[kU];
 #pragma unroll
   for (int u = 0; u < kU; ++u) {
     rows[u] = static_cast<int64_t>(blockIdx.x) * p.tile_rows + sub + u * rows_per_pass;
     valid[u] = rows[u] < p.head_dim;
-    const int64_t r = valid[u] ? rows[u] : 0;
-    xv[u] = mamba_common::load_any(p.x, b * p.xs_b + h * p.xs_h + r * p.xs_p, p.xcode);
-    dtv[u] = kTied ? tied_dt : step_of(p, b, h, r);
-    acc[u] = 0.0f;
   }
-  for (int64_t c = lane; c < chunks; c += tpr) {
-    Pk raw[kU];
+  // 1. The state packs of the first chunk: the bytes that matter go out first.
+  Pk raw[kU];
+  if (lane < chunks) {
 #pragma unroll
     for (int u = 0; u < kU; ++u)
-      if (valid[u]) raw[u].load_stream(st + rows[u] * p.ss_p + c * kN * p.ss_n);
+      if (valid[u]) raw[u].load_stream(st + rows[u] * p.ss_p + lane * kN * p.ss_n);
+  }
+  // 2. The per-row inputs (x, dt; D and z only in the lane that writes the row's output).
+  float xv[kU], dtv[kU], dv[kU], zv[kU], acc[kU];
+  float tied_da = 0.0f;
+  if constexpr (kTied) {
+    const float dt = step_of(p, b, h, 0);
+    tied_da = expf(dt * mamba_common::load_any(p.A, h * p.as_h, p.acode));
+#pragma unroll
+    for (int u = 0; u < kU; ++u) dtv[u] = dt;
+  }
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int64_t r = valid[u] ? rows[u] : 0;
+    xv[u] = mamba_common::load_any(p.x, b * p.xs_b + h * p.xs_h + r * p.xs_p, p.xcode);
+    if constexpr (!kTied) dtv[u] = step_of(p, b, h, r);
+    dv[u] = 0.0f;
+    zv[u] = 0.0f;
+    if (lane == u % tpr) {
+      if (p.D) dv[u] = mamba_common::load_any(p.D, h * p.Ds_h + r * p.Ds_p, p.dcode);
+      if (p.z) zv[u] = mamba_common::load_any(p.z, b * p.zs_b + h * p.zs_h + r * p.zs_p, p.zcode);
+    }
+    acc[u] = 0.0f;
+  }
+  const int64_t g = h / p.heads_per_group;
+  // 3. Stream the chunks: update in fp32, store, load the next chunk's packs.
+  for (int64_t c = lane; c < chunks; c += tpr) {
+    float bv[kN], cv[kN];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const int64_t n = c * kN + i;
+      bv[i] = mamba_common::load_any(p.B, b * p.bs_b + g * p.bs_g + n * p.bs_n, p.bcode);
+      cv[i] = mamba_common::load_any(p.C, b * p.cs_b + g * p.cs_g + n * p.cs_n, p.ccode);
+    }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (!valid[u]) continue;
@@ -99,38 +116,38 @@ __global__ void __launch_bounds__(kThreads) ssu_kernel(const Params p) {
       raw[u].unpack(s);
 #pragma unroll
       for (int i = 0; i < kN; ++i) {
-        const int64_t n = c * kN + i;
         float da;
         if constexpr (kTied) {
           da = tied_da;
         } else {
           da = expf(dtv[u] * mamba_common::load_any(
-                                   p.A, h * p.as_h + rows[u] * p.as_p + n * p.as_n, p.acode));
+                                 p.A, h * p.as_h + rows[u] * p.as_p + (c * kN + i) * p.as_n,
+                                 p.acode));
         }
-        s[i] = s[i] * da + (dtv[u] * Bs[n]) * xv[u];
-        acc[u] += s[i] * Cs[n];
+        s[i] = s[i] * da + (dtv[u] * bv[i]) * xv[u];
+        acc[u] += s[i] * cv[i];
       }
       raw[u].pack(s);
       raw[u].store_stream(st + rows[u] * p.ss_p + c * kN * p.ss_n);
     }
+    const int64_t next = c + tpr;
+    if (next < chunks) {
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+        if (valid[u]) raw[u].load_stream(st + rows[u] * p.ss_p + next * kN * p.ss_n);
+    }
   }
+  // 4. y = sum over ds (shuffles across the row's lanes) + D x, times silu(z); one lane per row.
 #pragma unroll
   for (int u = 0; u < kU; ++u) {
     for (int o = tpr / 2; o > 0; o /= 2) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], o);
   }
-  if (lane == 0) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      if (!valid[u]) continue;
-      float y = acc[u];
-      if (p.D) y += xv[u] * mamba_common::load_any(p.D, h * p.Ds_h + rows[u] * p.Ds_p, p.dcode);
-      if (p.z) {
-        const float zv =
-            mamba_common::load_any(p.z, b * p.zs_b + h * p.zs_h + rows[u] * p.zs_p, p.zcode);
-        y *= zv / (1.0f + expf(-zv));
-      }
-      mamba_common::store_any(p.out, b * p.os_b + h * p.os_h + rows[u] * p.os_p, p.ocode, y);
-    }
+  for (int u = 0; u < kU; ++u) {
+    if (!valid[u] || lane != u % tpr) continue;
+    float y = acc[u] + xv[u] * dv[u];
+    if (p.z) y *= zv[u] / (1.0f + expf(-zv[u]));
+    mamba_common::store_any(p.out, b * p.os_b + h * p.os_h + rows[u] * p.os_p, p.ocode, y);
   }
 }
 
@@ -234,8 +251,6 @@ inline void selective_state_update(
   kernels::DeviceGuard guard(x);
   const kernels::Launch ctx(kOp, x);
   // 4. Dispatch on the state dtype, packing and tying; launch (checked).
-  const size_t smem = 2 * ds * sizeof(float);
-  TVM_FFI_CHECK(smem <= 48 * 1024, ValueError) << kOp << ": dstate must be <= 6144, got " << ds;
   KERNELS_DISPATCH_FLOAT(state.dtype(), kOp, S, [&] {
     constexpr int kN = kernels::kVectorBytes / static_cast<int>(sizeof(S));
     const int64_t es = sizeof(S);
@@ -249,7 +264,7 @@ inline void selective_state_update(
     p.tile_rows = (detail::kThreads / tpr) * detail::kU;
     const dim3 grid(kernels::ceil_div(hd, p.tile_rows), static_cast<unsigned>(heads),
                     static_cast<unsigned>(batch));
-    auto go = [&](auto kernel) { kernel<<<grid, detail::kThreads, smem, ctx.stream>>>(p); };
+    auto go = [&](auto kernel) { kernel<<<grid, detail::kThreads, 0, ctx.stream>>>(p); };
     if (vec) {
       tied ? go(detail::ssu_kernel<S, kN, true>) : go(detail::ssu_kernel<S, kN, false>);
     } else {

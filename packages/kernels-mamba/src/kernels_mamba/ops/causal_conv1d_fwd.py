@@ -1,9 +1,14 @@
 """mamba.causal_conv1d_fwd: depthwise causal conv1d over prefill sequences, in place.
 
-CUDA: a CTA per (sequence, channel block) walks the sequence in rounds of (time run x 16-byte
-channel pack) tiles, every read before a barrier and every write after it (in place safe), the
-round's last W-1 original columns kept in shared memory as the next halo and the new state. The
-torch reference (fp32 math, rounded once) is the fallback.
+CUDA (in place, so each sequence's channel is owned by one warp or CTA from its first column to
+its last; the W-1 halo travels in registers, never re-read from the overwritten x):
+- channel-first x (stride 1 along time): a warp per (sequence, channel), 16-byte packs along time
+  interleaved over the lanes (8 per lane in flight), the halo by warp shuffles;
+- 16-byte aligned channel-last x (the proj_out view): a 512-thread CTA per (sequence, 64 bytes of
+  channels), 4 consecutive steps per thread, the halo by shuffles and a small shared buffer, the
+  next round's loads in flight during this round's math;
+- anything else: a scalar CTA per (sequence, channel) with a shared-memory halo.
+The torch reference (fp32 math, rounded once) is the fallback.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ CAUSAL_CONV1D_FWD_CUDA = ModuleSpec(
     package="kernels_mamba",
     sources=("csrc/causal_conv1d_fwd.cuh",),
     exports=(("causal_conv1d_fwd", "causal_conv1d_fwd"),),
-    description="CUDA: (time run x 16-byte channel pack) tiles, halo in shared memory, fp32 math",
+    description="CUDA: a warp (channel-first) or CTA (channel-last) owns a sequence's channels, "
+    "16-byte packs, the halo in registers, fp32 math",
 )
 _fwd_kernel = CompiledFunction(CAUSAL_CONV1D_FWD_CUDA, "causal_conv1d_fwd")
 

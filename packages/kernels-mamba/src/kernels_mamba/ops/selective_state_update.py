@@ -2,9 +2,10 @@
 # A, B, C, D are the names of the Mamba paper and of every public implementation of this op.
 """mamba.selective_state_update: one Mamba-2 decode step of the SSM state, in place.
 
-CUDA: a CTA per (head_dim tile, head, batch row), the state streamed once (16-byte packs, four
-rows in flight per thread), fp32 math, the scalar path for tied (stride-0) A/dt/dt_bias. The torch
-reference (fp32 math, rounded once) is the fallback.
+CUDA: a CTA per (head_dim tile, head, batch row), no shared memory or barrier; the state streamed
+once (16-byte packs, four rows in flight per thread, issued before the small inputs), fp32 math,
+the scalar path for tied (stride-0) A/dt/dt_bias, y reduced by warp shuffles. The torch reference
+(fp32 math, rounded once) is the fallback.
 """
 
 from __future__ import annotations
@@ -79,9 +80,9 @@ def _selective_state_update_cuda_eligible(
     state_batch_indices: torch.Tensor | None,
     pad_slot_id: int,
 ) -> str | None:
-    """Grid limits (B and nh <= 65535, ds <= 6144) and a contiguous index vector."""
-    if x.shape[0] > 65535 or state.shape[1] > 65535 or state.shape[3] > 6144:
-        return "needs B <= 65535, nh <= 65535 and ds <= 6144"
+    """Grid limits (B and nh <= 65535) and a contiguous index vector."""
+    if x.shape[0] > 65535 or state.shape[1] > 65535:
+        return "needs B <= 65535 and nh <= 65535"
     t = state_batch_indices
     if t is not None and t.numel() > 1 and t.stride(0) != 1:
         return "needs a contiguous state_batch_indices"

@@ -12,7 +12,12 @@
 // Invalid rows (bad entry, total not in (0, inf), out-of-range index) give sample 0, valid false.
 #pragma once
 
+#include <kernels/version.h>
+KERNELS_REQUIRE_HEADERS_API(2);
+
 #include "filters.cuh"
+
+#include <kernels/rng.cuh>
 
 #include <climits>
 #include <string>
@@ -23,23 +28,8 @@ namespace f = sampling_filters_detail;
 constexpr int kThreads = 1024;
 constexpr int kTile = 16;  // consecutive elements per thread in one pass-2 step
 
-// splitmix64 (kernels_jit.rng.mix): fmix(x + golden).
-__device__ __forceinline__ uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// U(seed, offset, row, j) = (mix(mix(mix(mix(seed) ^ offset) ^ row) ^ j) >> 40) * 2^-24.
-__device__ __forceinline__ float uniform(int64_t seed, int64_t offset, int64_t row, int64_t j) {
-  const uint64_t h = mix(mix(mix(mix(static_cast<uint64_t>(seed)) ^ static_cast<uint64_t>(offset)) ^
-                             static_cast<uint64_t>(row)) ^
-                         static_cast<uint64_t>(j));
-  return static_cast<float>(static_cast<uint32_t>(h >> 40)) * 5.9604644775390625e-08f;
-}
+// The project RNG (kernels/rng.cuh).
+using kernels::rng::uniform;
 
 struct Params {
   const void* x;

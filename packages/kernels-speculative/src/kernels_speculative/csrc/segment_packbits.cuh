@@ -2,8 +2,9 @@
 // y[out[b]:out[b+1]] ("little": element 8j+t is bit t of byte j; "big": bit 7-t; bits past the
 // segment end are 0). One thread per 4 output bytes (32 input bools: two 16-byte loads when the
 // segment is aligned, bytes otherwise), blocks of 256 threads over y. Up to 1024 segments, every
-// block stages both pointer arrays in shared memory (one round of coalesced loads); a block finds
-// its segments by one binary search per block edge, then each thread narrows within them. The
+// block stages both pointer arrays in shared memory (one round of coalesced loads) and each thread
+// searches them for its segment; beyond that a block first finds its edge segments by one binary
+// search each over the global pointers, then each thread narrows within them. The
 // pointers are preconditions: a segment whose pointers are inconsistent (negative length, bytes
 // not ceil(len/8), input past nnz, output past len(y)) is skipped, so the kernel only ever reads
 // x[0:nnz] and writes y[0:len(y)]. No host synchronisation.
@@ -111,7 +112,6 @@ __device__ __forceinline__ uint32_t pack_byte(const Params& p, const Segment& s,
 
 template <bool kStaged>
 __global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) {
-  __shared__ int64_t edge[2];
   __shared__ int64_t staged[2][kStaged ? kStagedSegments + 1 : 1];
   const int64_t block0 = static_cast<int64_t>(blockIdx.x) * kBytesPerBlock;
   if (pdl) kernels::pdl_wait();
@@ -127,12 +127,20 @@ __global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) 
   } else {
     ptr = GlobalPtrs{p.in, p.out};
   }
-  if (threadIdx.x < 2) {
-    const int64_t last = block0 + kBytesPerBlock - 1;
-    edge[threadIdx.x] = find_segment(ptr, threadIdx.x == 0 ? block0 : last, 0, p.segments - 1);
+  // Staged pointers: every thread searches all segments itself (a few shared-memory steps), no
+  // serial edge search by one thread and no second barrier on the latency path. Global pointers:
+  // the block's edges first, so each thread's search stays within the block's segments.
+  int64_t lo = 0, hi = p.segments - 1;
+  if constexpr (!kStaged) {
+    __shared__ int64_t edge[2];
+    if (threadIdx.x < 2) {
+      const int64_t last = block0 + kBytesPerBlock - 1;
+      edge[threadIdx.x] = find_segment(ptr, threadIdx.x == 0 ? block0 : last, 0, p.segments - 1);
+    }
+    __syncthreads();
+    lo = edge[0] < 0 ? 0 : edge[0];
+    hi = edge[1];
   }
-  __syncthreads();
-  const int64_t lo = edge[0] < 0 ? 0 : edge[0], hi = edge[1];
   const int64_t o0 = block0 + static_cast<int64_t>(threadIdx.x) * kBytesPerThread;
   if (hi >= 0 && o0 < p.y_len) {
     Segment s;

@@ -61,4 +61,40 @@ inline int sm_count(int device) {
   return count;
 }
 
+// The smallest power of two >= x (1 for x <= 1), at most 2^30.
+inline int next_pow2(int64_t x) {
+  int p = 1;
+  while (p < x && p < (1 << 30)) p <<= 1;
+  return p;
+}
+
+// min(needed, the blocks of kKernel (launched with `threads` threads) resident on the device at
+// once), at least 1: the grid of a grid-stride kernel that should fill the GPU exactly once.
+// The occupancy is cached per device (one kernel, one block size per instantiation).
+template <auto kKernel>
+inline unsigned resident_grid(int device, int64_t needed, int threads) {
+  static int cached[64] = {0};
+  int per_sm = device >= 0 && device < 64 ? cached[device] : 0;
+  if (per_sm == 0) {
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, 0);
+    per_sm = per_sm > 1 ? per_sm : 1;
+    if (device >= 0 && device < 64) cached[device] = per_sm;
+  }
+  const int64_t resident = static_cast<int64_t>(per_sm) * sm_count(device);
+  const int64_t grid = needed < resident ? needed : resident;
+  return static_cast<unsigned>(grid > 1 ? grid : 1);
+}
+
+// Threads per row for the gather/scatter kernels that give each row a power-of-two team: about
+// `unroll` packs per thread, doubled (up to one per pack of the row, up to `max_threads`) while
+// the grid of `rows` teams is short of one wave of 2048 threads per SM (small batches are
+// latency-bound: more threads per row means fewer dependent accesses per thread).
+inline int threads_per_row(int64_t packs, int64_t rows, int unroll, int max_threads, int device) {
+  int g = next_pow2((packs + unroll - 1) / unroll);
+  g = g < max_threads ? g : max_threads;
+  const int64_t wave = static_cast<int64_t>(sm_count(device)) * 2048;
+  while (g < max_threads && g * 2 <= next_pow2(packs) && rows * g * 2 <= wave) g *= 2;
+  return g;
+}
+
 }  // namespace kernels

@@ -301,11 +301,7 @@ inline int log2_exact(int x) {
   return s;
 }
 
-inline int next_pow2(int64_t x) {
-  int p = 1;
-  while (p < x) p <<= 1;
-  return p;
-}
+using kernels::next_pow2;
 
 // Blocks of several rows shrink for few rows so that they spread over the SMs (decode: one warp
 // per block), and grow to kMaxWarpsPerBlock warps once there are rows to fill every SM.
