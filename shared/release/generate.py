@@ -51,6 +51,9 @@ _REQUIRES_HEADERS = re.compile(r"^KERNELS_REQUIRE_HEADERS_API\((\d+)\)", re.M)
 # Groups with Triton backends (moe.fused_moe, attention.decode_attention) declare Triton, which
 # ships Linux wheels only; the rest need only torch and kernels-jit.
 TRITON_GROUPS: set[str] = {"attention", "moe"}
+# Other per-group dependencies, each explained in the group's README. gemm's CUTLASS fp8 kernels
+# include CUTLASS/CuTe headers from the nvidia-cutlass wheel (ModuleSpec.dist_include_dirs).
+EXTRA_DEPENDENCIES: dict[str, tuple[str, ...]] = {"gemm": ("nvidia-cutlass>=4.2,<5",)}
 # kernels-jit's own dependencies (why each: packages/kernels-jit/README.md).
 JIT_DEPENDENCIES = ("apache-tvm-ffi>=0.1.15,<0.2", "ninja>=1.11", "rich>=13", TORCH_RANGE)
 JIT_DESCRIPTION = (
@@ -188,6 +191,7 @@ def render_group(group: str) -> str:
     deps = [jit_range(group), TORCH_RANGE] + (
         ["triton>=3.4; platform_system == 'Linux'"] if group in TRITON_GROUPS else []
     )
+    deps += EXTRA_DEPENDENCIES.get(group, ())
     return _render(dist_name(group), f"kernels_{group}", GROUPS[group], deps)
 
 

@@ -15,6 +15,14 @@ Each op is timed twice:
 - ``<op>_l2warm``: one weight shared by every set, so after the first call it is served from the
   L2 (how a CUDA graph replaying only this op sees it; peers-and-targets.md quotes vLLM there).
 
+The fp8 GEMMs (``fp8_cases``) are timed at decode and prefill M (1 to 4096) on DeepSeek-V3's
+projections (N, K) = (7168, 7168), (2112, 7168), (24576, 7168) (blockwise only) and a square
+4096 x 4096, against torch._scaled_mm (cuBLAS LT, per-token x per-channel scales), sgl-kernel's
+``fp8_scaled_mm`` / ``fp8_blockwise_scaled_mm`` and vLLM's ``cutlass_scaled_mm``. Expected
+ceiling: decode (M <= 64) streams the fp8 weight (7168 x 7168 is 51 MB: ~12 us at copy rate);
+M = 4096 is compute bound (4096 x 7168 x 7168 is 421 GFLOP: 0.21 ms at the H200's 1,979 dense
+fp8 TFLOPS peak, ~0.3 ms at the ~70% of peak a CUTLASS sm90 kernel reaches).
+
 Shapes are [M, N, K] (N: experts or output columns); records carry ``tflops`` (2 M N K per call).
 """
 
@@ -176,6 +184,144 @@ def small_m_cases(quick: bool) -> Iterator[Case]:
     """The small-M (decode) GEMMs: dsv3_router_gemm and dsv3_fused_a_gemm."""
     yield from _router_cases(quick)
     yield from _fused_a_cases(quick)
+
+
+FP8 = torch.float8_e4m3fn
+FP8_TOKENS = (1, 16, 64, 128, 4096)
+QUICK_FP8_TOKENS = (1, 128, 4096)
+FP8_SHAPES = ((7168, 7168), (2112, 7168), (4096, 4096))  # (N, K)
+FP8_BLOCKWISE_SHAPES = ((7168, 7168), (2112, 7168), (24576, 7168), (4096, 4096))
+
+
+def _fp8_operands(m: int, n: int, k: int) -> dict[str, torch.Tensor]:
+    """a [M, K] fp8 row-major and b = w.t() of a row-major [N, K] fp8 weight, values ~N(0, 1) so
+    that outputs are O(1) with scales ~0.01 (the peers' check tolerance means something)."""
+    w = torch.randn(n, k, device="cuda").to(FP8)
+    return {"a": torch.randn(m, k, device="cuda").to(FP8), "w": w, "b": w.t()}
+
+
+def _fp8_scaled_cases(quick: bool) -> Iterator[Case]:
+    sgl, lib = sglang(), vllm()
+    sgl_op = _peer_op(sgl, ("fp8_scaled_mm",)) if sgl is not None else None
+    vllm_op = _peer_op(lib, ("_C", "cutlass_scaled_mm")) if lib is not None else None
+    for n, k in FP8_SHAPES:
+        for m in QUICK_FP8_TOKENS if quick else FP8_TOKENS:
+
+            def make(m=m, n=n, k=k):
+                s = _fp8_operands(m, n, k)
+                s["sa"] = torch.rand(m, 1, device="cuda") * 0.02 + 0.01  # per token
+                s["sb"] = torch.rand(n, device="cuda") * 0.02 + 0.01  # per channel
+                s["out"] = torch.empty(m, n, device="cuda", dtype=BF16)
+                return s
+
+            ref = reference.fp8_scaled_mm
+
+            def expected(s, ref=ref):
+                return ref(s["a"], s["b"], s["sa"], s["sb"], BF16)
+
+            impls = {
+                "cuda": lambda s: gemm.fp8_scaled_mm(s["a"], s["b"], s["sa"], s["sb"], BF16),
+                "torch_eager": expected,
+                "torch_compile": torch_compile(
+                    ref, [m, n, k], lambda f, s: f(s["a"], s["b"], s["sa"], s["sb"], BF16)
+                ),
+                # cuBLAS LT row-wise scaled fp8 GEMM: scale_a [M, 1], scale_b [1, N], bf16 out
+                "torch_scaled_mm": Checked(
+                    lambda s: torch._scaled_mm(
+                        s["a"], s["b"], s["sa"], s["sb"].view(1, -1), out_dtype=BF16
+                    ),
+                    expected=expected,
+                    outputs=lambda s, r: r,
+                ),
+            }
+            if sgl_op is not None:  # fp8_scaled_mm(mat_a, mat_b, scales_a, scales_b, dtype, bias)
+                impls["sglang"] = Checked(
+                    lambda s, op=sgl_op: op(s["a"], s["b"], s["sa"], s["sb"], BF16, None),
+                    expected=expected,
+                    outputs=lambda s, r: r,
+                )
+            # cutlass_scaled_mm(Tensor! out, a, b, a_scales, b_scales, Tensor? bias)
+            if vllm_op is not None:
+                impls["vllm"] = Checked(
+                    lambda s, op=vllm_op: op(s["out"], s["a"], s["b"], s["sa"], s["sb"], None),
+                    expected=expected,
+                    outputs=lambda s, _: s["out"],
+                )
+            yield Case(
+                op="fp8_scaled_mm",
+                shape=[m, n, k],
+                dtype=FP8,
+                # read a, w (fp8) and the fp32 scales, write bf16 out
+                bytes=m * k + n * k + (m + n) * 4 + m * n * 2,
+                flops=2 * m * n * k,
+                make_inputs=make,
+                impls=impls,
+                note="per-token x per-channel scales, bf16 out",
+            )
+
+
+def _fp8_blockwise_cases(quick: bool) -> Iterator[Case]:
+    sgl, lib = sglang(), vllm()
+    sgl_op = _peer_op(sgl, ("fp8_blockwise_scaled_mm",)) if sgl is not None else None
+    vllm_op = _peer_op(lib, ("_C", "cutlass_scaled_mm")) if lib is not None else None
+    for n, k in FP8_BLOCKWISE_SHAPES:
+        groups, blocks_n = k // 128, -(-n // 128)
+        for m in QUICK_FP8_TOKENS if quick else FP8_TOKENS:
+
+            def make(m=m, n=n, k=k, groups=groups, blocks_n=blocks_n):
+                s = _fp8_operands(m, n, k)
+                # scale_a [M, K/128] M-major with 16-byte aligned columns (per_token_group_quant's
+                # column_major_scales + scale_tma_aligned); scale_b = weight_scale_inv.t()
+                rows = -(-m // 4) * 4
+                s["sa"] = (torch.rand(groups, rows, device="cuda") * 0.02 + 0.01).t()[:m]
+                s["sb"] = (torch.rand(blocks_n, groups, device="cuda") * 0.02 + 0.01).t()
+                s["out"] = torch.empty(m, n, device="cuda", dtype=BF16)
+                return s
+
+            ref = reference.fp8_blockwise_mm
+
+            def expected(s, ref=ref):
+                return ref(s["a"], s["b"], s["sa"], s["sb"], BF16)
+
+            impls = {
+                "cuda": lambda s: gemm.fp8_blockwise_mm(s["a"], s["b"], s["sa"], s["sb"]),
+                "torch_eager": expected,
+                "torch_compile": torch_compile(
+                    ref, [m, n, k], lambda f, s: f(s["a"], s["b"], s["sa"], s["sb"], BF16)
+                ),
+            }
+            # fp8_blockwise_scaled_mm(mat_a, mat_b, scales_a, scales_b, out_dtype): its scale_b
+            # must have N/128 columns (rounded down), so N a multiple of 128
+            if sgl_op is not None and n % 128 == 0:
+                impls["sglang"] = Checked(
+                    lambda s, op=sgl_op: op(s["a"], s["b"], s["sa"], s["sb"], BF16),
+                    expected=expected,
+                    outputs=lambda s, r: r,
+                )
+            # cutlass_scaled_mm takes [M, K/128] x [K/128, ceil(N/128)] scales as block scales
+            if vllm_op is not None:
+                impls["vllm"] = Checked(
+                    lambda s, op=vllm_op: op(s["out"], s["a"], s["b"], s["sa"], s["sb"], None),
+                    expected=expected,
+                    outputs=lambda s, _: s["out"],
+                )
+            yield Case(
+                op="fp8_blockwise_mm",
+                shape=[m, n, k],
+                dtype=FP8,
+                # read a, w (fp8) and the fp32 block scales, write bf16 out
+                bytes=m * k + n * k + (m * groups + groups * blocks_n) * 4 + m * n * 2,
+                flops=2 * m * n * k,
+                make_inputs=make,
+                impls=impls,
+                note="1x128 activation and 128x128 weight block scales, bf16 out",
+            )
+
+
+def fp8_cases(quick: bool) -> Iterator[Case]:
+    """The CUTLASS fp8 GEMMs: fp8_scaled_mm and fp8_blockwise_mm."""
+    yield from _fp8_scaled_cases(quick)
+    yield from _fp8_blockwise_cases(quick)
 
 
 def cases(quick: bool) -> Iterator[Case]:

@@ -17,7 +17,9 @@ OPS = register_group(
     op("dsv3_fused_a_gemm", "DeepSeek-V3 fused q_a/kv_a projection a @ b for small M, bf16 out",
        "cuda", dtypes=("bfloat16",), min_sm=90),
     op("fp8_scaled_mm", "fp8 a @ b with per-token/per-channel or per-tensor scales and bias",
-       dtypes=("float8_e4m3fn",)),
+       "cuda", dtypes=("float8_e4m3fn",), min_sm=90),
+    op("fp8_blockwise_mm", "fp8 a @ b with 1x128 activation and 128x128 weight block scales",
+       "cuda", dtypes=("float8_e4m3fn",), min_sm=90),
 )  # fmt: skip
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "__version__",
     "dsv3_fused_a_gemm",
     "dsv3_router_gemm",
+    "fp8_blockwise_mm",
     "fp8_scaled_mm",
 ]
 __getattr__ = lazy_ops(__name__, OPS)

@@ -33,3 +33,19 @@ def fp8_scaled_mm(
     if bias is not None:
         acc = acc + bias.float()
     return acc.to(out_dtype)
+
+
+def fp8_blockwise_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """``out[m, n] = sum_g scale_a[m, g] * scale_b[g, n // 128] * sum_{k in g} a[m, k] b[k, n]``
+    over groups g of 128 along K (a [M, K], b [K, N] fp8, K % 128 == 0; scale_a [M, K/128];
+    scale_b [K/128, ceil(N/128)]): both operands dequantized to fp32, one fp32 product."""
+    n = b.shape[1]
+    sa = scale_a.float().repeat_interleave(128, dim=1)  # [M, K]
+    sb = scale_b.float().repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)[:, :n]
+    return ((a.float() * sa) @ (b.float() * sb)).to(out_dtype)

@@ -97,7 +97,7 @@ def _sh(word: str) -> str:
 
 
 def ninja_file(spec: ModuleSpec, staging: Path) -> str:
-    includes = [f"-I{d}" for d in cache.include_dirs(spec)]
+    includes = [f"-I{d}" for d in [*cache.include_dirs(spec), *cache.dist_include_dirs(spec)]]
     from tvm_ffi import libinfo
 
     includes += [f"-I{libinfo.find_include_path()}", f"-I{libinfo.find_dlpack_include_path()}"]

@@ -20,6 +20,7 @@ artifact is checked against its recorded size and sha256 before it is loaded.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -40,6 +41,29 @@ def include_dirs(spec: ModuleSpec) -> list[Path]:
     """Search path for a module's own headers: the package, its extra dirs, kernels-jit's."""
     root = spec.package_dir
     return [root, *(root / d for d in spec.include_dirs), INCLUDE_DIR]
+
+
+def dist_include_dirs(spec: ModuleSpec) -> list[Path]:
+    """The directories of ``spec.dist_include_dirs``, inside their installed distributions.
+
+    Raises :class:`ToolchainError` when a distribution is not installed or lacks the directory.
+    Their headers are not followed by the key: the distribution's version stands for them."""
+    found = []
+    for dist, sub in spec.dist_include_dirs:
+        try:
+            path = Path(str(importlib.metadata.distribution(dist).locate_file(sub)))
+        except importlib.metadata.PackageNotFoundError:
+            raise ToolchainError(
+                f"module {spec.name!r} needs the headers of the distribution {dist!r}, which is "
+                f"not installed (pip install {dist})"
+            ) from None
+        if not path.is_dir():
+            raise ToolchainError(
+                f"module {spec.name!r}: the distribution {dist!r} has no directory {sub!r} "
+                f"(looked at {path})"
+            )
+        found.append(path)
+    return found
 
 
 def _closure(spec: ModuleSpec) -> dict[str, bytes]:
@@ -132,6 +156,12 @@ def _source_digest(spec: ModuleSpec) -> str:
     digest.feed("arch", arch.arch_tag(spec.device))
     digest.feed("tvm_ffi", tvm_ffi.__version__)
     digest.feed("kernels_jit", __version__)
+    for dist, sub in spec.dist_include_dirs:
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            version = "not installed"  # building fails with the reason (dist_include_dirs)
+        digest.feed(f"dist:{dist}:{sub}", version)
     return digest.hexdigest()
 
 

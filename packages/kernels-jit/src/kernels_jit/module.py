@@ -43,6 +43,10 @@ class ModuleSpec:
     device: str = "cuda"
     flags: tuple[str, ...] = ()
     include_dirs: tuple[str, ...] = ()
+    # Headers shipped by an installed distribution: (distribution, directory inside it) pairs,
+    # e.g. ("nvidia-cutlass", "cutlass_library/source/include"). Searched after the package's own
+    # headers and keyed by the distribution's version, not by the content of what they reach.
+    dist_include_dirs: tuple[tuple[str, str], ...] = ()
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -54,6 +58,9 @@ class ModuleSpec:
                 raise TypeError(f"ModuleSpec {self.name!r}: {name} must be a tuple of strings")
             object.__setattr__(self, name, tuple(value))
         object.__setattr__(self, "exports", tuple(tuple(pair) for pair in self.exports))
+        object.__setattr__(
+            self, "dist_include_dirs", tuple(tuple(pair) for pair in self.dist_include_dirs)
+        )
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ValueError(f"ModuleSpec name {self.name!r} must be [A-Za-z0-9_]")
         if self.device not in DEVICES:
@@ -65,6 +72,19 @@ class ModuleSpec:
             if path.is_absolute() or ".." in path.parts:
                 raise ValueError(
                     f"ModuleSpec {self.name!r}: source {source!r} must be a path inside the package"
+                )
+        for pair in self.dist_include_dirs:
+            path = PurePosixPath(pair[1]) if len(pair) == 2 and isinstance(pair[1], str) else None
+            if (
+                path is None
+                or not isinstance(pair[0], str)
+                or not pair[0].strip()
+                or path.is_absolute()
+                or ".." in path.parts
+            ):
+                raise ValueError(
+                    f"ModuleSpec {self.name!r}: each dist_include_dirs entry must be "
+                    f"(distribution, relative directory inside it), got {pair!r}"
                 )
         names = [pair[0] for pair in self.exports]
         for pair in self.exports:

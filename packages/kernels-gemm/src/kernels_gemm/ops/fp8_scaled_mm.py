@@ -1,7 +1,9 @@
 """gemm.fp8_scaled_mm: fp8 e4m3 ``a @ b`` with per-token / per-channel or per-tensor fp32 scales and
 an optional bias, bf16 or fp16 out (the W8A8 linear layer).
 
-Backends: the pure-torch reference only (fp32 accumulation).
+Backends: CUDA on sm90a (Hopper): CUTLASS 3.x warp-specialized TMA kernels with fp32 accumulators
+promoted every 128 K and the scales and bias applied in the epilogue (csrc/fp8_scaled_mm.cuh);
+the pure-torch reference (fp32 accumulation) elsewhere.
 """
 
 from __future__ import annotations
@@ -9,12 +11,52 @@ from __future__ import annotations
 import torch
 
 from kernels_gemm import reference
+from kernels_gemm._fp8_cutlass import CUTLASS_HEADERS, cutlass_gemm_reason
+from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
+from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_same_device, check_tensor
 
 OP_ID = "gemm.fp8_scaled_mm"
 FP8 = torch.float8_e4m3fn
 OUT_DTYPES = (torch.bfloat16, torch.float16)
+
+# One module per (out dtype, tile config): a CUTLASS instantiation compiles for minutes, so each
+# module holds one and only the buckets a process uses get built (csrc/fp8_scaled_mm.cuh).
+SMALL_M = 64  # M <= SMALL_M: the 64x32 tiles; above: 128x128 cooperative
+_CONFIGS = (("small", 0), ("large", 1))
+_OUTS = (
+    (torch.bfloat16, "bf16", "cutlass::bfloat16_t"),
+    (torch.float16, "fp16", "cutlass::half_t"),
+)
+FP8_SCALED_MM_CUDA = {
+    (dtype, config): ModuleSpec(
+        name=f"fp8_scaled_mm_{tag}_{config}",
+        package="kernels_gemm",
+        sources=("csrc/fp8_scaled_mm.cuh",),
+        exports=(("fp8_scaled_mm", f"fp8_scaled_mm<{cxx}, {index}>"),),
+        dist_include_dirs=CUTLASS_HEADERS,
+        description=f"CUDA sm90a: CUTLASS TMA warp-specialized fp8 GEMM, {config}-M tiles, "
+        f"{tag} out, scales and bias in the epilogue",
+    )
+    for dtype, tag, cxx in _OUTS
+    for config, index in _CONFIGS
+}
+_KERNELS = {
+    (dtype, config == "large"): CompiledFunction(spec, "fp8_scaled_mm")
+    for (dtype, config), spec in FP8_SCALED_MM_CUDA.items()
+}
+
+
+def _fp8_scaled_mm_cuda(
+    out: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> None:
+    _KERNELS[out.dtype, a.shape[0] > SMALL_M](out, a, b, scale_a, scale_b, bias)
 
 
 def _fp8_scaled_mm_torch(
@@ -26,6 +68,27 @@ def _fp8_scaled_mm_torch(
     bias: torch.Tensor | None,
 ) -> None:
     out.copy_(reference.fp8_scaled_mm(a, b, scale_a, scale_b, out.dtype, bias))
+
+
+def _fp8_scaled_mm_cuda_eligible(
+    out: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> str | None:
+    """The CUTLASS kernel: sm90, TMA-legal operands (16-byte rows), contiguous scales."""
+    reason = cutlass_gemm_reason(out, a, b)
+    if reason is not None:
+        return reason
+    if not (scale_a.is_contiguous() and scale_b.is_contiguous()):
+        return "needs contiguous scale_a and scale_b"
+    if scale_b.data_ptr() % 16 or (bias is not None and bias.data_ptr() % 16):
+        return "needs 16-byte aligned scale_b and bias"
+    if bias is not None and not bias.is_contiguous():
+        return "needs a contiguous bias"
+    return None
 
 
 FP8_SCALED_MM = Op(_fp8_scaled_mm_torch, mutates=("out",), device="a")
