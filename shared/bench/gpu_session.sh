@@ -25,6 +25,10 @@
 # three groups' GPU tests had reached 32% after 10 minutes, where one process runs them all in
 # about 6.5 (2026-12-02; likely each worker's inductor compile pool for the torch.compile tests).
 #
+# PRECOMPILE="group ..." compiles those groups' torch_compile peers in background processes from
+# the start (shared/bench/precompile.py: references whose inductor compile takes minutes); the
+# benchmarks wait for it and then find the graphs in inductor's caches.
+#
 # Carried wheels (apache-tvm-ffi, liger-kernel for cp312) in .whl/ are installed first.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -54,6 +58,15 @@ if [ -n "${PREBUILD:-}" ]; then
   for g in $PREBUILD; do args+=(--group "$g"); done
   python3 -m kernels_jit build --jobs 16 "${args[@]}" 2>&1 | tail -5 | tee "$RESULTS/prebuild.log"
 fi
+if [ -n "${PRECOMPILE:-}" ]; then
+  args=()
+  for g in $PRECOMPILE; do args+=(--group "$g"); done
+  [ -n "${QUICK:-}" ] && args+=(--quick)
+  [ -n "${STATIC_COMPILE:-}" ] && args+=(--static-compile "$STATIC_COMPILE")
+  python3 -m shared.bench.precompile "${args[@]}" --jobs 8 >"$RESULTS/precompile.log" 2>&1 &
+  PRECOMPILE_PID=$!
+  export KERNELS_BENCH_PRECOMPILED="$PRECOMPILE"
+fi
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
   python3 -c "import torch, triton, tvm_ffi; print(torch.__version__, triton.__version__, tvm_ffi.__version__)"
@@ -76,6 +89,10 @@ fi
 if [ -n "${CHECK:-}" ]; then
   COLUMNS=160 python3 -m kernels_ops check $CHECK 2>&1 | tee "$RESULTS/check.log" | tail -60
   status=$((status | PIPESTATUS[0]))
+fi
+if [ -n "${PRECOMPILE_PID:-}" ]; then
+  wait "$PRECOMPILE_PID"
+  grep -v "^W1\|^ " "$RESULTS/precompile.log" | tail -20
 fi
 if [ -n "${BENCH:-}" ]; then
   args=()

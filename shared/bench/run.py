@@ -29,6 +29,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from shared.bench import harness, peers, report
+from shared.bench.precompile import PRECOMPILED_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,6 +103,8 @@ def run_group(
         "copy_gbps": round(copy, 1),
         "static_compile": peers.compile_mode(),
         "torch_compile_first_calls_s": round(compile_s, 1),
+        # Graphs compiled ahead by shared.bench.precompile: compile_s is then the warm path.
+        "precompiled": group in os.environ.get(PRECOMPILED_ENV, "").split(),
         "peers": peers.describe(ran={r["impl"] for r in rows}),
         "records": rows,
         "method": "medians under CUDA graphs, inputs rotated past 3x the L2, the GPU spinning "

@@ -69,6 +69,7 @@ for m in (1, 5, 64, 65, 128, 129, 300):  # both tile configs of each fp8 op, rag
         sa = torch.rand(k // 128, rows, device="cuda").t()[:m]
         sb = torch.rand((n + 127) // 128, k // 128, device="cuda").t()
         fp8_blockwise_mm(a, b, sa, sb)
+        fp8_blockwise_mm(a[:, :128], b[:128], torch.rand(m, 1, device="cuda"), sb[:1])
 torch.cuda.synchronize()
 print("done")
 """

@@ -144,6 +144,18 @@ def test_scale_layouts(device, layout):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m", (1, 3, 5, 6))
+def test_scale_a_storage_ends_at_m_cuda(m):
+    """One K group: scale_a [M, 1] is a plain contiguous tensor whose storage ends at row M, where
+    the kernel's TMA reads through row ceil(M / 4) * 4; the op reads a padded copy instead (the
+    memcheck test runs this under compute-sanitizer)."""
+    a, b, _, sb = _operands(m, 144, 128, seed=m, device="cuda")
+    sa = torch.rand(m, 1, device="cuda").add(0.01).mul(0.05)
+    assert sa.untyped_storage().nbytes() == 4 * m
+    _check(_run("cuda", a, b, sa, sb), a, b, sa, sb, name=f"m={m}")
+
+
+@pytest.mark.gpu
 def test_fallbacks_warn_and_stay_correct():
     """fp16 out, N not a multiple of 16, misaligned a, unaligned scale_a columns, row-major
     scale_b run on the torch reference; forcing the CUDA backend says why."""

@@ -185,20 +185,24 @@ def main(argv: list[str] | None = None) -> int:
         TextColumn("{task.fields[current]}"),
     )
     start = time.time()
-    results = {}
+    key = kernels.shape_key(e, i, h, dtype)
     with Progress(*columns) as progress:
         task = progress.add_task("tune", total=total, current="")
-        for tokens in sorted(args.tokens):
-            results[str(tokens)] = tune_tokens(args, tokens, (hidden, w1, w2), progress, task)
+        for tokens in args.tokens:  # in the order given: put the ones that matter first
+            best = tune_tokens(args, tokens, (hidden, w1, w2), progress, task)
+            _merge(out, key, str(tokens), best)  # after each bucket: an interrupted run keeps them
+    kernels.load_table.cache_clear()
+    print(f"{key}: {len(args.tokens)} buckets merged into {out} in {time.time() - start:.0f} s")
+    return 0
+
+
+def _merge(out: Path, key: str, tokens: str, config: dict) -> None:
+    """Write ``config`` into the table at ``out`` under ``key`` and ``tokens``."""
     table = json.loads(out.read_text()) if out.exists() else {}
-    key = kernels.shape_key(e, i, h, dtype)
-    merged = {**table.get(key, {}), **results}
+    merged = {**table.get(key, {}), tokens: config}
     table[key] = dict(sorted(merged.items(), key=lambda item: int(item[0])))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(table, indent=1) + "\n")
-    kernels.load_table.cache_clear()
-    print(f"{key}: {len(results)} buckets merged into {out} in {time.time() - start:.0f} s")
-    return 0
 
 
 if __name__ == "__main__":

@@ -74,9 +74,12 @@ void launch(const char* op, const Problem& p, const kernels::Launch& ctx) {
   typename Kernel::StrideA stride_a = fp8_gemm::row_stride<typename Kernel::StrideA>(p.lda);
   typename Kernel::StrideB stride_b = fp8_gemm::row_stride<typename Kernel::StrideB>(p.ldb);
   typename Kernel::StrideD stride_d = fp8_gemm::row_stride<typename Kernel::StrideD>(p.n);
-  // scale_a[m, g] at m + g * ld_scale_a; scale_b[g, j] at g + j * ld_scale_b.
+  // scale_a[m, g] at m + g * ld_scale_a; scale_b[g, j] at g + j * ld_scale_b. scale_a comes in by
+  // TMA, whose 16-byte rule CUTLASS checks on the layout's extent too: its M is rounded up to 4
+  // (rows that exist in the 16-byte aligned columns; the caller makes sure the last one's do).
+  const int m_scale = (p.m + 3) / 4 * 4;
   const LayoutSFA layout_sfa = make_layout(
-      make_shape(make_shape(_1{}, p.m), make_shape(_128{}, groups), 1),
+      make_shape(make_shape(_1{}, m_scale), make_shape(_128{}, groups), 1),
       make_stride(make_stride(_0{}, _1{}), make_stride(_0{}, static_cast<int32_t>(p.ld_scale_a)),
                   static_cast<int32_t>(p.ld_scale_a * groups)));
   const LayoutSFB layout_sfb = make_layout(

@@ -55,7 +55,22 @@ def _fp8_blockwise_mm_cuda(
     scale_a: torch.Tensor,
     scale_b: torch.Tensor,
 ) -> None:
-    _KERNELS[a.shape[0] > SMALL_M](out, a, b, scale_a, scale_b)
+    _KERNELS[a.shape[0] > SMALL_M](out, a, b, _scale_a_padded(scale_a), scale_b)
+
+
+def _scale_a_padded(scale_a: torch.Tensor) -> torch.Tensor:
+    """scale_a as the kernel reads it: TMA loads each 16-byte aligned column through row
+    ceil(M / 4) * 4, past M where M is not a multiple of 4. Those rows exist inside every column
+    but the last; where the storage ends with the last column's M rows, a padded copy (tiny:
+    M x K/128 floats) is read instead."""
+    m, groups = scale_a.shape
+    rows = -(-m // 4) * 4
+    ld = scale_a.stride(1) if groups > 1 else rows
+    needed = scale_a.storage_offset() + (groups - 1) * ld + rows
+    if rows == m or scale_a.untyped_storage().nbytes() // 4 >= needed:
+        return scale_a
+    padded = torch.empty((groups, rows), dtype=scale_a.dtype, device=scale_a.device).t()[:m]
+    return padded.copy_(scale_a)
 
 
 def _fp8_blockwise_mm_torch(

@@ -1,0 +1,110 @@
+"""Fill inductor's on-disk caches for a group's torch_compile peers, in parallel processes.
+
+    python -m shared.bench.precompile --group kv_canary [--op kv_canary_write] [--jobs 8]
+        [--static-compile targets|large|all|none] [--quick]
+
+Some references compile for minutes (kv_canary's 256-step hash chain: ~150 s or more per graph
+on the H200's host, single-threaded), which no 10-minute device command can pay shape after
+shape. This runs each torch_compile peer's first call ahead of the benchmark, one process per
+static shape and one per op for the shapes sharing the automatic-dynamic graph (in the sweep's
+order, so the same graphs and guards come out), on the host's cores while the GPU does other
+work. The benchmark run that follows traces again but finds every graph in inductor's FX-graph
+and Triton caches; its ``compile_s`` then measures that warm path, so it records the group in
+``precompiled`` (``$KERNELS_BENCH_PRECOMPILED``, set by ``gpu_session.sh``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+PRECOMPILED_ENV = "KERNELS_BENCH_PRECOMPILED"
+
+
+def _cases(group: str, quick: bool, ops: list[str] | None) -> list:
+    suite = importlib.import_module(f"shared.bench.suites.{group}")
+    return [c for c in suite.cases(quick) if not ops or c.op.startswith(tuple(ops))]
+
+
+def _jobs(cases: list) -> list[list[int]]:
+    """Case indices per process: each static compile alone, each op's auto shapes in order."""
+    static, auto = [], {}
+    for i, case in enumerate(cases):
+        peer = case.impls.get("torch_compile")
+        if peer is None:
+            continue
+        if getattr(peer, "static", False):
+            static.append([i])
+        else:
+            auto.setdefault(case.op, []).append(i)
+    return static + list(auto.values())
+
+
+def _first_calls(group: str, quick: bool, ops: list[str] | None, mode: str, job: list[int]):
+    import torch
+
+    from shared.bench import peers
+
+    peers.set_compile_mode(mode)
+    cases = _cases(group, quick, ops)
+    done = []
+    for i in job:
+        case = cases[i]
+        start = time.perf_counter()
+        case.impls["torch_compile"](case.make_inputs())
+        torch.cuda.synchronize()
+        done.append(f"{case.op} {case.shape}: {time.perf_counter() - start:.1f} s")
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    from shared.bench import peers
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--group", action="append", required=True)
+    parser.add_argument("--op", action="append", help="only ops whose name starts with this")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
+    parser.add_argument(
+        "--static-compile",
+        choices=sorted(peers.COMPILE_MODES),
+        default=os.environ.get(peers.COMPILE_ENV, peers.DEFAULT_COMPILE_MODE),
+    )
+    args = parser.parse_args(argv)
+    work = [
+        (group, job)
+        for group in args.group
+        for job in _jobs(_peers_cases(group, args.quick, args.op, args.static_compile))
+    ]
+    print(f"precompile: {len(work)} process(es) for {', '.join(args.group)}", flush=True)
+    failed = 0
+    context = multiprocessing.get_context("spawn")  # CUDA does not survive fork
+    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
+        futures = {
+            pool.submit(_first_calls, group, args.quick, args.op, args.static_compile, job): group
+            for group, job in work
+        }
+        for future in as_completed(futures):
+            try:
+                for line in future.result():
+                    print(f"precompiled {futures[future]}.{line}", flush=True)
+            except Exception as exc:  # the benchmark then compiles that graph itself
+                failed += 1
+                print(f"precompile {futures[future]} failed: {type(exc).__name__}: {exc}")
+    return 1 if failed else 0
+
+
+def _peers_cases(group: str, quick: bool, ops: list[str] | None, mode: str) -> list:
+    from shared.bench import peers
+
+    peers.set_compile_mode(mode)  # a peer decides static or auto when its case is made
+    return _cases(group, quick, ops)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
