@@ -32,7 +32,7 @@ def _operands(m: int, n: int, k: int, seed: int, device: str = "cpu", layout: st
     ``layout``: "tma" (the CUDA path's: scale_a column-major with columns padded to 4 rows as
     per_token_group_quant_8bit(column_major_scales=True, scale_tma_aligned=True) writes it,
     scale_b = weight_scale_inv.t()), "row" (both contiguous) or "colmajor" (scale_a column-major
-    without the padding)."""
+    without the padding, scale_b as in "tma")."""
     g = torch.Generator().manual_seed(seed)
     groups, blocks_n = k // 128, -(-n // 128)
     a = (torch.randn(m, k, generator=g) * 16).to(FP8).to(device)
@@ -47,6 +47,7 @@ def _operands(m: int, n: int, k: int, seed: int, device: str = "cpu", layout: st
         sb = sb.t().contiguous().t()
     elif layout == "colmajor":
         sa = sa.t().contiguous().t()
+        sb = sb.t().contiguous().t()
     return a, w.t(), sa, sb
 
 

@@ -1,7 +1,8 @@
 """gemm.fp8_scaled_mm against float64 sums: per-token x per-channel and per-tensor scales, bias,
-bf16 and fp16 out, odd M, N, K, random shapes (M 1..4096) and DeepSeek-V3's N = 2112, strided
-operands, the fallbacks of the CUDA path, empty input, bad arguments (Python and the C++ entry),
-opcheck, torch.compile and CUDA graphs."""
+bf16 and fp16 out, odd M, N, K, every tile config's M range on both sides of its bounds (swap AB
+at M <= 16 and M <= 64, 64x128 at M <= 128, 128x128 above), random shapes (M 1..4096) and
+DeepSeek-V3's N = 2112, strided operands, the fallbacks of the CUDA path, empty input, bad
+arguments (Python and the C++ entry), opcheck, torch.compile and CUDA graphs."""
 
 from __future__ import annotations
 
@@ -116,11 +117,65 @@ def test_random_shapes_cuda(seed):
     _check(out, a, b, sa, sb, bias, name=f"m={m} n={n} k={k}")
 
 
+# Each config's M range at and past its bounds (M16: 1..16, M64: 17..64, M128: 65..128, large).
+CONFIG_MS = (1, 3, 16, 17, 64, 65, 128, 129, 4000)
+
+
+def test_config_bounds_cover_every_m():
+    """The op file's M buckets: contiguous, ending in a config that takes any M, and the CONFIG_MS
+    above touch both sides of every bound."""
+    from kernels_gemm.ops import fp8_scaled_mm as op_module
+
+    bounds = [max_m for _, _, max_m in op_module._CONFIGS]
+    assert bounds[-1] is None and bounds[:-1] == sorted(bounds[:-1])
+    assert [op_module._config(m) for m in CONFIG_MS] == [
+        "m16", "m16", "m16", "m64", "m64", "m128", "m128", "large", "large"
+    ]  # fmt: skip
+    for bound in bounds[:-1]:
+        assert bound in CONFIG_MS and bound + 1 in CONFIG_MS
+    assert set(op_module.FP8_SCALED_MM_CUDA) == {
+        (dtype, config) for dtype in OUT_DTYPES for config, _, _ in op_module._CONFIGS
+    }
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", (1, 2, 3, 4, 16, 63, 64, 65, 128, 129, 1000, 4096))
+@pytest.mark.parametrize("m", CONFIG_MS)
+@pytest.mark.parametrize("n", (16, 48, 272, 1040), ids=lambda n: f"n{n}")
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("per_tensor", (False, True), ids=("per-token", "per-tensor"))
+@pytest.mark.parametrize("with_bias", (False, True), ids=("", "bias"))
+def test_every_config_cuda(m, n, out_dtype, per_tensor, with_bias):
+    """Every tile config (M bucket) x odd multiples of 16 for N (ragged last weight tile, fewer
+    rows than one 64-row swap-AB tile at N = 16 and 48) x scale kinds x bias x out dtype."""
+    k = 400 if m < 1000 else 176  # K tiles of 128 plus a ragged one
+    a, b, sa, sb, bias = _operands(m, n, k, seed=m * 7 + n, device="cuda")
+    if per_tensor:
+        sa, sb = sa[:1, 0].clone(), sb[:1].clone()
+    bias = bias.to(out_dtype) if with_bias else None
+    out = _run("cuda", a, b, sa, sb, out_dtype, bias)
+    _check(out, a, b, sa, sb, bias, name=f"m={m} n={n}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", (1, 3, 16, 17, 64, 65, 128, 129))
+@pytest.mark.parametrize("sa_kind", ("[M, 1]", "[1]"))
+@pytest.mark.parametrize("sb_kind", ("[N]", "[1, N]", "[1]"))
+def test_scale_kinds_cuda(m, sa_kind, sb_kind):
+    """Mixed scale kinds (a per-token scale_a with a per-tensor scale_b and the other way round):
+    the swap-AB configs read scale_a as a row vector and scale_b as a column vector."""
+    n, k = 144, 256
+    a, b, sa, sb, bias = _operands(m, n, k, seed=m + 100, device="cuda")
+    sa = sa if sa_kind == "[M, 1]" else sa[:1, 0].clone()
+    sb = {"[N]": sb, "[1, N]": sb.reshape(1, -1), "[1]": sb[:1].clone()}[sb_kind]
+    bias = bias.half()
+    _check(_run("cuda", a, b, sa, sb, torch.float16, bias), a, b, sa, sb, bias, name=f"m={m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", (1, 2, 3, 4, 16, 17, 63, 64, 65, 128, 129, 1000, 4096))
 @pytest.mark.parametrize("nk", ((2112, 7168), (7168, 2048), (4096, 4096)), ids=str)
 def test_model_shapes_cuda(m, nk):
-    """Decode and prefill M across the small/large switch (M = 64) at DeepSeek-V3's fused A
+    """Decode and prefill M across every config switch (M = 16, 64, 128) at DeepSeek-V3's fused A
     projection (N = 2112), a wide-N case and a square one."""
     n, k = nk
     a, b, sa, sb, bias = _operands(m, n, k, seed=m + n, device="cuda")
@@ -141,6 +196,23 @@ def test_scale_b_row_vector_and_row_strided_a(device):
     for backend in BACKENDS[device]:
         out = _run(backend, a_view, b_view, sa, sb.reshape(1, -1), torch.float16, None)
         _check(out, a, b, sa, sb, None, name=backend)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", (1, 16, 40, 100, 300))
+def test_strided_operands_every_config_cuda(m):
+    """Row-strided a and column-strided b (the swap-AB configs take the weight as the MMA's A and
+    a as its B, so each stride lands on the other operand) in every config."""
+    n, k = 208, 320
+    a, b, sa, sb, bias = _operands(m, n, k, seed=m + 50, device="cuda")
+    wide = torch.zeros(m, k + 48, dtype=FP8, device="cuda")
+    wide[:, 32 : 32 + k] = a
+    w = torch.zeros(n, k + 16, dtype=FP8, device="cuda")
+    w[:, :k] = b.t()
+    a_view, b_view = wide[:, 32 : 32 + k], w[:, :k].t()
+    bias = bias.bfloat16()
+    out = _run("cuda", a_view, b_view, sa, sb, torch.bfloat16, bias)
+    _check(out, a, b, sa, sb, bias, name=f"m={m}")
 
 
 @pytest.mark.gpu
@@ -272,7 +344,7 @@ def test_torch_compile_fullgraph_cuda():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", (16, 256))
+@pytest.mark.parametrize("m", (1, 16, 48, 96, 256))
 def test_cuda_graph_capture(m):
     from kernels_gemm.ops.fp8_scaled_mm import FP8_SCALED_MM
 

@@ -19,7 +19,7 @@ def test_cuda_sources_compile_for_sm90a():
 # One call per kernel path: fwd channel-last CTA kernel, channel-first warp kernel (aligned and
 # misaligned rows) and the scalar kernel (unaligned channel-last rows), several rounds/iterations,
 # short and padded sequences; update vector path (state rows and channel-last state, shifted and
-# circular) and generic path (L > 1); ssu packed/scalar, tied/full.
+# circular) and generic path (L > 1); ssu packed/scalar, tied/full, CTA sizes, two ds slabs.
 _MEMCHECK_SCRIPT = """
 import torch
 from kernels_mamba import causal_conv1d_fwd, causal_conv1d_update, selective_state_update
@@ -52,7 +52,13 @@ for dtype in (torch.bfloat16, torch.float32):
         causal_conv1d_update(xu, st, w, None, "silu", conv_state_indices=ui)
         sl = torch.tensor([5, 0, 9], dtype=torch.int32, device=dev)
         causal_conv1d_update(xu, st, w, None, "silu", cache_seqlens=sl, conv_state_indices=ui)
-    for ds in (128, 13):
+    # B = 1 (64-thread CTAs, several tiles per head) and ds past one shared-memory slab.
+    st1 = torch.randn(1, 80, 64, 128, device=dev, dtype=dtype)
+    x1 = torch.randn(1, 80, 64, device=dev)
+    A1 = -torch.rand(80, 1, 1, device=dev).expand(80, 64, 128)
+    B1 = torch.randn(1, 1, 128, device=dev)
+    selective_state_update(st1, x1, x1, A1, B1, B1, x1[0], x1, x1[0], True)
+    for ds in (128, 13, 1040):
         st = torch.randn(4, 6, 40, ds, device=dev, dtype=dtype)
         x = torch.randn(3, 6, 40, device=dev)
         A = -torch.rand(6, 40, ds, device=dev)

@@ -74,6 +74,32 @@ def test_fwd_varlen(device, backend, width, dtype, layout):
 
 
 @pytest.mark.parametrize(("device", "backend"), BACKENDS)
+@pytest.mark.parametrize("width", [2, 3, 4])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", ["channel_last", "contiguous"])
+def test_fwd_varlen_long_sequences(device, backend, width, dtype, layout):
+    """Sequences of several iterations of the channel-first warp (whole interior iterations,
+    sequence starts off a pack boundary, a row whose start is off a 16-byte boundary) and several
+    rounds of the channel-last CTA, with and without initial states and silu."""
+    dim, lens = 24, [3, 5001, 0, 7, 9000]
+    qsl = _qsl(lens, device)
+    tokens = int(qsl[-1])
+    if layout == "channel_last":
+        x = randn(tokens, dim + 8, dtype=dtype, device=device, seed=width)[:, :dim].T
+    else:  # rows of 14011 elements: most rows start off a 16-byte boundary
+        x = randn(dim, tokens, dtype=dtype, device=device, seed=width)
+    weight = randn(dim, width, dtype=dtype, device=device, seed=1)
+    bias = randn(dim, device=device, seed=2)
+    states = randn(6, dim, width - 1, dtype=dtype, device=device, seed=3)
+    idx = torch.tensor([5, 0, 3, 1, 2], dtype=torch.int32, device=device)
+    init = torch.tensor([True, False, True, True, True], device=device)
+    for act in ("silu", None):
+        got, ref = _fwd_both(backend, x, weight, bias, states, qsl, idx, init, act)
+        assert_close(got[0], ref[0], name="x")
+        assert_close(got[1], ref[1], name="conv_states")
+
+
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("length", [1, 7, 1030, 4100])
 def test_fwd_batched_no_state(device, backend, dtype, length):

@@ -95,6 +95,40 @@ def test_mamba2_head_shape(device, backend):
     _both(backend, state, *args, True)
 
 
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    ("batch", "heads", "head_dim", "dstate"),
+    [
+        (1, 4, 64, 128),  # few CTAs: 64-thread CTAs, several tiles per head
+        (1, 2, 37, 24),  # odd head_dim: a partial last tile, 3 packs per bf16 row
+        (40, 3, 64, 128),  # many CTAs: 256-thread CTAs, one tile per head
+        (2, 2, 5, 1040),  # two ds slabs of B/C in shared memory (1024 + 16)
+        (2, 2, 3, 1030),  # two slabs on the element path (ds not a multiple of the pack)
+    ],
+)
+def test_cta_sizes_tiles_and_slabs(device, backend, state_dtype, batch, heads, head_dim, dstate):
+    args = _inputs(device, batch, heads, head_dim, dstate, 1, True, torch.bfloat16, seed=11)
+    state = randn(batch + 1, heads, head_dim, dstate, dtype=state_dtype, device=device, seed=12)
+    idx = torch.arange(batch, 0, -1, dtype=torch.int32, device=device)
+    out = torch.empty(batch, heads, head_dim, dtype=torch.bfloat16, device=device)
+    _both(backend, state, *args, True, state_batch_indices=idx, out=out)
+
+
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
+def test_head_a_with_per_row_dt_and_mixed_dtypes(device, backend):
+    """A per head (stride 0: exp(dt' A) once per row) with dt and dt_bias per row; fp32 B/C and
+    D with fp16 x/z/dt (every small input in its own dtype); and the reverse, a full A with dt
+    tied."""
+    batch, heads, hd, ds, groups = 3, 4, 24, 64, 2
+    x, dt, A, B, C, D, z, dt_bias = _inputs(device, batch, heads, hd, ds, groups, False, torch.half)
+    a_head = -randn(heads, device=device, seed=20).abs()[:, None, None].expand(heads, hd, ds)
+    state = randn(batch, heads, hd, ds, dtype=torch.bfloat16, device=device, seed=21)
+    _both(backend, state, x, dt, a_head, B.float(), C.float(), D, z, dt_bias.half(), True)
+    dt_tied = dt[:, :, :1].expand(batch, heads, hd)
+    _both(backend, state.float(), x, dt_tied, A, B, C, D.half(), None, None, False)
+
+
 @pytest.mark.gpu
 def test_cuda_graph_and_compile():
     heads, hd, ds = 8, 64, 128

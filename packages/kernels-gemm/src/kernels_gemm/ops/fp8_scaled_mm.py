@@ -3,7 +3,8 @@ an optional bias, bf16 or fp16 out (the W8A8 linear layer).
 
 Backends: CUDA on sm90a (Hopper): CUTLASS 3.x warp-specialized TMA kernels with fp32 accumulators
 promoted every 128 K and the scales and bias applied in the epilogue (csrc/fp8_scaled_mm.cuh);
-the pure-torch reference (fp32 accumulation) elsewhere.
+four tile configs by M, swap AB (the weight as the MMA's M) at M <= 64; the pure-torch reference
+(fp32 accumulation) elsewhere.
 """
 
 from __future__ import annotations
@@ -22,9 +23,14 @@ FP8 = torch.float8_e4m3fn
 OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 # One module per (out dtype, tile config): a CUTLASS instantiation compiles for minutes, so each
-# module holds one and only the buckets a process uses get built (csrc/fp8_scaled_mm.cuh).
-SMALL_M = 64  # M <= SMALL_M: the 64x32 tiles; above: 128x128 cooperative
-_CONFIGS = (("small", 0), ("large", 1))
+# module holds one and only the buckets a process uses get built (csrc/fp8_scaled_mm.cuh). Each
+# config: (name, the C++ Config index, the largest M it takes; None = any).
+#   m16, m64: swap AB (out^T = b^T a^T: the weight's rows fill the 64-row MMA, the tokens are its
+#             N), 64x16 / 64x64 tiles of out^T, clusters of 2 along the weight: the decode path
+#             streams the weight over N/64 CTAs;
+#   m128:     64x128 ping-pong, clusters of 2 along M (the weight tile multicast to both halves);
+#   large:    128x128 cooperative, persistent, clusters of 2 along M.
+_CONFIGS = (("m16", 0, 16), ("m64", 1, 64), ("m128", 2, 128), ("large", 3, None))
 _OUTS = (
     (torch.bfloat16, "bf16", "cutlass::bfloat16_t"),
     (torch.float16, "fp16", "cutlass::half_t"),
@@ -36,16 +42,23 @@ FP8_SCALED_MM_CUDA = {
         sources=("csrc/fp8_scaled_mm.cuh",),
         exports=(("fp8_scaled_mm", f"fp8_scaled_mm<{cxx}, {index}>"),),
         dist_include_dirs=CUTLASS_HEADERS,
-        description=f"CUDA sm90a: CUTLASS TMA warp-specialized fp8 GEMM, {config}-M tiles, "
+        description=f"CUDA sm90a: CUTLASS TMA warp-specialized fp8 GEMM, {config} tile config, "
         f"{tag} out, scales and bias in the epilogue",
     )
     for dtype, tag, cxx in _OUTS
-    for config, index in _CONFIGS
+    for config, index, _ in _CONFIGS
 }
 _KERNELS = {
-    (dtype, config == "large"): CompiledFunction(spec, "fp8_scaled_mm")
-    for (dtype, config), spec in FP8_SCALED_MM_CUDA.items()
+    key: CompiledFunction(spec, "fp8_scaled_mm") for key, spec in FP8_SCALED_MM_CUDA.items()
 }
+
+
+def _config(m: int) -> str:
+    """The tile config that takes M rows: the first whose M bound holds."""
+    for config, _, max_m in _CONFIGS:
+        if max_m is None or m <= max_m:
+            return config
+    raise AssertionError("unreachable: the last config takes any M")
 
 
 def _fp8_scaled_mm_cuda(
@@ -56,7 +69,7 @@ def _fp8_scaled_mm_cuda(
     scale_b: torch.Tensor,
     bias: torch.Tensor | None,
 ) -> None:
-    _KERNELS[out.dtype, a.shape[0] > SMALL_M](out, a, b, scale_a, scale_b, bias)
+    _KERNELS[out.dtype, _config(a.shape[0])](out, a, b, scale_a, scale_b, bias)
 
 
 def _fp8_scaled_mm_torch(
@@ -78,7 +91,10 @@ def _fp8_scaled_mm_cuda_eligible(
     scale_b: torch.Tensor,
     bias: torch.Tensor | None,
 ) -> str | None:
-    """The CUTLASS kernel: sm90, TMA-legal operands (16-byte rows), contiguous scales."""
+    """The CUTLASS kernels: sm90, TMA-legal operands (16-byte rows), contiguous scales. Every
+    config takes any M >= 1: M is a TMA box bound, never a stride (swapped, the tokens are the
+    MMA's N and out^T's columns, ld = N), and can_implement checks only K, N and the fp8
+    promotion interval, which these rules and the 128-deep K tiles meet."""
     reason = cutlass_gemm_reason(out, a, b)
     if reason is not None:
         return reason

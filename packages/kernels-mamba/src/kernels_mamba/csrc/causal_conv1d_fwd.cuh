@@ -4,11 +4,14 @@
 // column to its last (the W-1 halo of a chunk is carried in registers, never re-read from x, which
 // the previous chunk has already overwritten). Three kernels, by the layout of x:
 // - channel-first (stride 1 along time: [D, T] or [Bt, D, L] contiguous): a warp per (sequence,
-//   channel). Lane l holds packs base + u*32 + l (u < kCfU) of 16 bytes along time (aligned to
-//   16-byte addresses, the row's head and tail element-wise), so each load instruction is one
-//   coalesced 512-byte run and a warp has 32 x kCfU x 16 bytes in flight; the halo of a pack is
-//   the tail of the previous pack, from lane l-1 (or lane 31 of pack u-1, or the previous
-//   iteration) by shuffles. No shared memory, no barrier.
+//   channel), 4 warps per CTA. Lane l holds packs base + u*32 + l (u < kCfU = 8) of 16 bytes
+//   along time (aligned to 16-byte addresses, the row's head and tail element-wise), so each load
+//   is one coalesced 512-byte run; the next iteration's 8 packs are loaded before this one's math
+//   and stores (double buffer: 4 KB per warp always in flight); the halo of a pack is the tail of
+//   the previous pack, from lane l-1 (or lane 31 of pack u-1, or the previous iteration) by
+//   shuffles. A warp's 32 packs u whose windows lie inside the sequence (all but the first and
+//   the last of a sequence) take a lean path without prefix/edge/state logic (~12 instructions
+//   per element); silu on 16-bit data uses MUFU ex2 + rcp. No shared memory.
 // - channel-last (stride 1 along channels: the proj_out[:, :D].T view), 16-byte aligned rows: a
 //   CTA of 512 threads per (sequence, kClP channel packs = 64 bytes per time step): thread (p, q)
 //   loads kClR consecutive time steps of pack p; its halo comes from thread q-1 by shuffles (the
@@ -17,7 +20,26 @@
 // - anything else (misaligned channel-last, odd strides): the scalar kernel below, a CTA per
 //   (sequence, channel) walking the sequence in rounds with a shared-memory halo.
 // fp32 products and sums, one rounding. The new conv state (the last W-1 original columns of
-// concat(prefix, x_b)) is written from registers after every read of the prefix.
+// concat(prefix, x_b)) is written from registers after every read of the prefix. The small
+// inputs (query_start_loc, cache_indices, has_initial_state, taps, bias, prefix) are issued as
+// one batch after the first packs (mamba_common::load_raw), not as a chain of dependent loads.
+//
+// Why the channel-first kernel ran at 21% of copy ([1, 4096, 4096] bf16: 76.6 us): (1) a chain of
+// ~12 dependent loads before the first pack (4 index loads, then taps, bias, prefix through
+// load_any, whose dtype branch consumes each load), ~6-8 us with 1024 CTAs in ~2 waves; (2) IEEE
+// silu (expf + a full division, ~25 instructions) and the prefix/edge checks on every pack:
+// ~40 instructions per element, 16.7 M elements -> ~23 us of issue on 528 schedulers, not
+// overlapped with memory because (3) each warp loaded, then computed, then stored (no loads in
+// flight during its math). Now: ~12 instructions per element (~7 us of issue, 2 MUFU/element
+// ~9 us of the MUFU pipe), hidden behind the next iteration's loads.
+// Arithmetic: 4096 warps (1024 CTAs of 4), 128 registers -> 4 CTAs = 16 warps per SM, 2112
+// resident: 1.94 waves. In flight: 16 warps x 4 KB = 64 KB per SM (40-64 KB needed), ~8.6 MB
+// over the GPU. Bytes: 2 x 33.5 MB -> 15.7 us at 4.26 TB/s; expected ~19-21 us (>= 80% of the
+// torch copy's 18.7 us is 23 us). The channel-last view ([4096, 4096] of a [L, D + 256] buffer):
+// 128 CTAs of 512 threads (1 per SM): the batched parameter loads (40 dependent loads per thread
+// before) and MUFU silu apply, but one CTA per SM with one round of lookahead (32 KB) keeps it
+// latency-bound (~35-45 us expected); full speed there needs more CTAs per sequence, i.e.
+// narrower channel slices (32-byte sectors) or a time split, not done here.
 #pragma once
 
 #include <kernels/version.h>
@@ -200,37 +222,85 @@ __global__ void __launch_bounds__(kThreads, 2) fwd_kernel(const Params p) {
 
 // The sequence of CTA row b: its first column and length, its state row, whether the prefix is
 // the stored state. False when it is skipped (pad slot, out-of-range row or bad query_start_loc).
+// Every index load is issued before any is used (one memory round trip, not four).
 __device__ __forceinline__ bool sequence_of(const Params& p, int64_t b, int64_t& start,
                                             int64_t& len, int64_t& row, bool& use_state) {
-  start = 0;
-  len = p.length;
+  int64_t s = 0, e = p.length, r = b;
+  bool init = false;
   if (p.varlen) {
-    start = mamba_common::load_index(p.qsl, b, p.qsl64);
-    const int64_t end = mamba_common::load_index(p.qsl, b + 1, p.qsl64);
-    if (start < 0 || end > p.tokens || end < start) return false;
-    len = end - start;
+    s = mamba_common::load_index(p.qsl, b, p.qsl64);
+    e = mamba_common::load_index(p.qsl, b + 1, p.qsl64);
   }
-  row = b;
-  if (p.indices != nullptr) {
-    row = mamba_common::load_index(p.indices, b, p.indices64);
-    if (row == p.pad_slot_id) return false;
-  }
-  if (p.states != nullptr && (row < 0 || row >= p.slots)) return false;
-  use_state = p.states != nullptr && p.init != nullptr && p.init[b * p.init_stride];
+  if (p.indices != nullptr) r = mamba_common::load_index(p.indices, b, p.indices64);
+  if (p.states != nullptr && p.init != nullptr) init = p.init[b * p.init_stride];
+  if (p.varlen && (s < 0 || e > p.tokens || e < s)) return false;
+  start = s;
+  len = e - s;
+  row = r;
+  if (p.indices != nullptr && r == p.pad_slot_id) return false;
+  if (p.states != nullptr && (r < 0 || r >= p.slots)) return false;
+  use_state = init;
   return true;
 }
 
 constexpr int kCfWarps = 4;  // channels per CTA (one warp each)
-constexpr int kCfU = 8;      // 16-byte packs per lane per iteration
+constexpr int kCfU = 8;      // 16-byte packs per lane per iteration (4 KB of bf16 per warp)
+
+// The activation: IEEE silu for fp32 data, the MUFU form for 16-bit data (its ~2 ulp in fp32 are
+// far below the final rounding): ~2 MUFU + 3 FP32 instructions instead of ~25.
+template <typename T>
+__device__ __forceinline__ float activate(float v) {
+  if constexpr (sizeof(T) == 2) {
+    return mamba_common::silu_fast(v);
+  } else {
+    return mamba_common::silu(v);
+  }
+}
+
+// The packs of one iteration of the channel-first kernel: pack k = base + u * 32 + lane covers
+// columns [k * kN - o, k * kN - o + kN) of the row; whole 16-byte vectors inside the row,
+// element-wise at the row's ends, zeros past `last`.
+template <typename T, typename Pk>
+__device__ __forceinline__ void cf_load(Pk (&raw)[kCfU], const T* xr, int64_t base, int64_t last,
+                                        int64_t o, int64_t rowlen, int lane) {
+  constexpr int kN = Pk::size;
+  const int64_t c_first = base * kN - o, c_end = (base + 32 * kCfU) * kN - o;
+  if (c_first >= 0 && c_end <= rowlen && base + 32 * kCfU - 1 <= last) {  // uniform: all whole
+    const T* it = xr + c_first + lane * kN;
+#pragma unroll
+    for (int u = 0; u < kCfU; ++u) raw[u].load_stream(it + u * 32 * kN);
+    return;
+  }
+#pragma unroll
+  for (int u = 0; u < kCfU; ++u) {
+    const int64_t pk = base + u * 32 + lane;
+    const int64_t c0 = pk * kN - o;
+    if (pk <= last && c0 >= 0 && c0 + kN <= rowlen) {
+      raw[u].load_stream(xr + c0);
+    } else if (pk <= last) {
+      float f[kN];
+#pragma unroll
+      for (int i = 0; i < kN; ++i)
+        f[i] = c0 + i >= 0 && c0 + i < rowlen ? kernels::to_float(xr[c0 + i]) : 0.0f;
+      raw[u].pack(f);  // exact: the values came from T
+    } else {
+      raw[u].zero();
+    }
+  }
+}
 
 template <typename T, int kW>
-__global__ void __launch_bounds__(kCfWarps * 32) fwd_cf_kernel(const Params p) {
+__global__ void __launch_bounds__(kCfWarps * 32, 4) fwd_cf_kernel(const Params p) {
   constexpr int kN = kernels::kVectorBytes / static_cast<int>(sizeof(T));
   constexpr int kH = kW - 1;
   using Pk = kernels::Pack<T, kN>;
+  using mamba_common::load_raw;
+  using mamba_common::Raw;
+  using mamba_common::raw_float;
   constexpr int kWords = Pk::kWords;
   constexpr int kPerWord = Pk::kPerWord;
   constexpr int kHW = (kH + kPerWord - 1) / kPerWord;  // words holding a pack's last kH values
+  constexpr int64_t kStep = 32 * kCfU;                  // packs per iteration
   const int lane = threadIdx.x % 32;
   const int64_t d = static_cast<int64_t>(blockIdx.x) * kCfWarps + threadIdx.x / 32;
   const int64_t b = blockIdx.y;
@@ -243,75 +313,96 @@ __global__ void __launch_bounds__(kCfWarps * 32) fwd_cf_kernel(const Params p) {
   // Pack k covers columns [k * kN - o, k * kN - o + kN): packs sit on 16-byte addresses.
   const int64_t o = static_cast<int64_t>(reinterpret_cast<uintptr_t>(xr) % 16) / sizeof(T);
   const int64_t end = start + len;
-  float w[kW];
-#pragma unroll
-  for (int j = 0; j < kW; ++j)
-    w[j] = mamba_common::load_any(p.weight, d * p.ws_d + j * p.ws_w, p.wcode);
-  const float bias = p.bias ? mamba_common::load_any(p.bias, d * p.bs_d, p.bcode) : 0.0f;
+  const int64_t first = (start + o) / kN, last = len > 0 ? (end - 1 + o) / kN : first - 1;
+  // 1. The first iteration's packs go out first, then the taps, bias and prefix as one batch
+  // (load_raw: no load waits for another), converted after.
+  Pk cur[kCfU];
+  if (len > 0) cf_load<T>(cur, xr, first, last, o, rowlen, lane);
   const int64_t srow = row * p.ss_s + d * p.ss_d;
-  float pre[kH];
+  Raw rw[kW], rb{0, 0}, rp[kH];
 #pragma unroll
-  for (int k = 0; k < kH; ++k)
-    pre[k] = use_state ? mamba_common::load_any(p.states, srow + k * p.ss_w, p.scode) : 0.0f;
+  for (int j = 0; j < kW; ++j) rw[j] = load_raw(p.weight, d * p.ws_d + j * p.ws_w, p.wcode);
+  if (p.bias) rb = load_raw(p.bias, d * p.bs_d, p.bcode);
+#pragma unroll
+  for (int k = 0; k < kH; ++k) rp[k] = use_state ? load_raw(p.states, srow + k * p.ss_w, p.scode)
+                                                 : Raw{0, 0};
+  float w[kW], pre[kH];
+#pragma unroll
+  for (int j = 0; j < kW; ++j) w[j] = raw_float(rw[j], p.wcode);
+  const float bias = p.bias ? raw_float(rb, p.bcode) : 0.0f;
+#pragma unroll
+  for (int k = 0; k < kH; ++k) pre[k] = use_state ? raw_float(rp[k], p.scode) : 0.0f;
+  __syncwarp();  // every lane's prefix read before any lane's state write
   if (len == 0) {  // the state keeps the prefix (zeros without an initial state)
-    __syncwarp();
     if (p.states != nullptr && lane == 0) {
 #pragma unroll
-      for (int k = 0; k < kH; ++k) mamba_common::store_any(p.states, srow + k * p.ss_w, p.scode, pre[k]);
+      for (int k = 0; k < kH; ++k)
+        mamba_common::store_any(p.states, srow + k * p.ss_w, p.scode, pre[k]);
     }
     return;
   }
-  const int64_t first = (start + o) / kN, last = (end - 1 + o) / kN;
   uint32_t carry[kHW];
 #pragma unroll
   for (int k = 0; k < kHW; ++k) carry[k] = 0;
-  for (int64_t base = first; base <= last; base += 32 * kCfU) {
-    // 1. Loads: every pack of the iteration (16-byte vectors; the row's ends element-wise).
-    Pk raw[kCfU];
-#pragma unroll
-    for (int u = 0; u < kCfU; ++u) {
-      const int64_t pk = base + u * 32 + lane;
-      const int64_t c0 = pk * kN - o;
-      if (pk <= last && c0 >= 0 && c0 + kN <= rowlen) {
-        raw[u].load_stream(xr + c0);
-      } else if (pk <= last) {
-        float f[kN];
-#pragma unroll
-        for (int i = 0; i < kN; ++i)
-          f[i] = c0 + i >= 0 && c0 + i < rowlen ? kernels::to_float(xr[c0 + i]) : 0.0f;
-        raw[u].pack(f);  // exact: the values came from T
-      } else {
-        raw[u].zero();
-      }
-    }
-    __syncwarp();  // every lane's prefix read before any lane's state write
-    // 2. Per pack: the halo (tail of the previous pack) by shuffles, fp32 math, store.
+  for (int64_t base = first; base <= last; base += kStep) {
+    // 2. The next iteration's packs, in flight during this one's math and stores (other
+    // addresses: the reads of x stay ahead of its writes).
+    Pk nxt[kCfU];
+    if (base + kStep <= last) cf_load<T>(nxt, xr, base + kStep, last, o, rowlen, lane);
+    // 3. Per pack: the halo (tail of the previous pack) by shuffles, fp32 math, store.
     uint32_t next_carry[kHW];
 #pragma unroll
     for (int k = 0; k < kHW; ++k)
-      next_carry[k] = __shfl_sync(0xffffffffu, raw[kCfU - 1].w[kWords - kHW + k], 31);
+      next_carry[k] = __shfl_sync(0xffffffffu, cur[kCfU - 1].w[kWords - kHW + k], 31);
+    const int64_t c_first = base * kN - o;
+    // The window of pack u: columns c0 - kH .. c0 + kN - 1 (halo from the previous pack).
+    auto window = [&](int u, float (&e)[kH + kN]) {
+      uint32_t hw[kHW];
+#pragma unroll
+      for (int k = 0; k < kHW; ++k) {
+        const uint32_t up = __shfl_up_sync(0xffffffffu, cur[u].w[kWords - kHW + k], 1);
+        const uint32_t wrap =
+            u > 0 ? __shfl_sync(0xffffffffu, cur[u > 0 ? u - 1 : 0].w[kWords - kHW + k], 31)
+                  : carry[k];
+        hw[k] = lane == 0 ? wrap : up;
+      }
+      float hf[kHW * kPerWord];
+#pragma unroll
+      for (int k = 0; k < kHW; ++k) kernels::Words<T>::unpack(hw[k], hf + k * kPerWord);
+#pragma unroll
+      for (int m = 0; m < kH; ++m) e[m] = hf[kHW * kPerWord - kH + m];
+      float f[kN];
+      cur[u].unpack(f);
+#pragma unroll
+      for (int i = 0; i < kN; ++i) e[kH + i] = f[i];
+    };
+    auto conv = [&](const float (&e)[kH + kN], float (&y)[kN]) {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        float acc = bias;
+#pragma unroll
+        for (int j = 0; j < kW; ++j) acc = fmaf(w[j], e[i + j], acc);
+        y[i] = acc;
+      }
+      if (p.silu) {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) y[i] = activate<T>(y[i]);
+      }
+    };
 #pragma unroll
     for (int u = 0; u < kCfU; ++u) {
-      float e[kH + kN];  // columns c0 - kH .. c0 + kN - 1
-      {
-        uint32_t hw[kHW];
-#pragma unroll
-        for (int k = 0; k < kHW; ++k) {
-          const uint32_t up = __shfl_up_sync(0xffffffffu, raw[u].w[kWords - kHW + k], 1);
-          const uint32_t wrap =
-              u > 0 ? __shfl_sync(0xffffffffu, raw[u > 0 ? u - 1 : 0].w[kWords - kHW + k], 31)
-                    : carry[k];
-          hw[k] = lane == 0 ? wrap : up;
-        }
-        float hf[kHW * kPerWord];
-#pragma unroll
-        for (int k = 0; k < kHW; ++k) kernels::Words<T>::unpack(hw[k], hf + k * kPerWord);
-#pragma unroll
-        for (int m = 0; m < kH; ++m) e[m] = hf[kHW * kPerWord - kH + m];
-        float f[kN];
-        raw[u].unpack(f);
-#pragma unroll
-        for (int i = 0; i < kN; ++i) e[kH + i] = f[i];
+      float e[kH + kN], y[kN];
+      window(u, e);
+      // Uniform: the warp's 32 packs u (columns g0 .. g0 + 32 kN - 1) are whole, inside the
+      // sequence with their windows, and none is the last pack: the lean path (no edge,
+      // prefix or state logic), taken by every pack of a long sequence but its first and last.
+      const int64_t g0 = c_first + u * 32 * kN;
+      if (g0 - kH >= start && g0 + 32 * kN <= end && base + u * 32 + 31 < last) {
+        conv(e, y);
+        Pk out;
+        out.pack(y);
+        out.store_stream(xr + g0 + lane * kN);
+        continue;
       }
       const int64_t pk = base + u * 32 + lane;
       const int64_t c0 = pk * kN - o;
@@ -328,14 +419,7 @@ __global__ void __launch_bounds__(kCfWarps * 32) fwd_cf_kernel(const Params p) {
           }
         }
       }
-      float y[kN];
-#pragma unroll
-      for (int i = 0; i < kN; ++i) {
-        float acc = bias;
-#pragma unroll
-        for (int j = 0; j < kW; ++j) acc += w[j] * e[i + j];
-        y[i] = p.silu ? mamba_common::silu(acc) : acc;
-      }
+      conv(e, y);
       if (c0 >= start && c0 + kN <= end) {
         Pk out;
         out.pack(y);
@@ -345,7 +429,8 @@ __global__ void __launch_bounds__(kCfWarps * 32) fwd_cf_kernel(const Params p) {
         for (int i = 0; i < kN; ++i)
           if (c0 + i >= start && c0 + i < end) xr[c0 + i] = kernels::from_float<T>(y[i]);
       }
-      if (p.states != nullptr && pk == last) {  // the new state: columns end - kH .. end - 1
+      if (p.states != nullptr && pk == last) {
+        // The new state: columns end - kH .. end - 1, original values.
 #pragma unroll
         for (int k = 0; k < kH; ++k) {
           const int64_t idx = end - c0 + k;  // in e: column end - kH + k
@@ -358,6 +443,8 @@ __global__ void __launch_bounds__(kCfWarps * 32) fwd_cf_kernel(const Params p) {
     }
 #pragma unroll
     for (int k = 0; k < kHW; ++k) carry[k] = next_carry[k];
+#pragma unroll
+    for (int u = 0; u < kCfU; ++u) cur[u] = nxt[u];
   }
 }
 
@@ -385,26 +472,8 @@ __global__ void __launch_bounds__(kClThreads, 1) fwd_cl_kernel(const Params p) {
   bool use_state;
   if (!sequence_of(p, b, start, len, row, use_state)) return;  // uniform over the CTA
   T* xs = static_cast<T*>(p.x) + b * p.xs_b + start * p.xs_t + (active ? c0 : 0);
-  float w[kN][kW], bias[kN];
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    const int64_t c = active ? c0 + i : 0;
-#pragma unroll
-    for (int j = 0; j < kW; ++j)
-      w[i][j] = mamba_common::load_any(p.weight, c * p.ws_d + j * p.ws_w, p.wcode);
-    bias[i] = p.bias ? mamba_common::load_any(p.bias, c * p.bs_d, p.bcode) : 0.0f;
-  }
-  if (q == 0) {
-#pragma unroll
-    for (int k = 0; k < kH; ++k)
-#pragma unroll
-      for (int i = 0; i < kN; ++i)
-        prefix[k][pi * kN + i] =
-            use_state && active
-                ? mamba_common::load_any(p.states,
-                                         row * p.ss_s + (c0 + i) * p.ss_d + k * p.ss_w, p.scode)
-                : 0.0f;
-  }
+  // 1. The first round's packs go out first, then the taps, bias and prefix as one batch of
+  // loads (load_raw: none waits for another; load_any here was 40 dependent round trips).
   const int64_t per_round = static_cast<int64_t>(kClQ) * kClR;
   Pk raw[kClR];
 #pragma unroll
@@ -415,6 +484,43 @@ __global__ void __launch_bounds__(kClThreads, 1) fwd_cl_kernel(const Params p) {
     } else {
       raw[m].zero();
     }
+  }
+  float w[kN][kW], bias[kN];
+  {
+    mamba_common::Raw rw[kN][kW], rb[kN];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const int64_t c = active ? c0 + i : 0;
+#pragma unroll
+      for (int j = 0; j < kW; ++j)
+        rw[i][j] = mamba_common::load_raw(p.weight, c * p.ws_d + j * p.ws_w, p.wcode);
+      rb[i] = p.bias ? mamba_common::load_raw(p.bias, c * p.bs_d, p.bcode)
+                     : mamba_common::Raw{0, 0};
+    }
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+#pragma unroll
+      for (int j = 0; j < kW; ++j) w[i][j] = mamba_common::raw_float(rw[i][j], p.wcode);
+      bias[i] = p.bias ? mamba_common::raw_float(rb[i], p.bcode) : 0.0f;
+    }
+  }
+  if (q == 0) {
+    mamba_common::Raw rp[kH][kN];
+#pragma unroll
+    for (int k = 0; k < kH; ++k)
+#pragma unroll
+      for (int i = 0; i < kN; ++i)
+        rp[k][i] = use_state && active
+                       ? mamba_common::load_raw(p.states,
+                                                row * p.ss_s + (c0 + i) * p.ss_d + k * p.ss_w,
+                                                p.scode)
+                       : mamba_common::Raw{0, 0};
+#pragma unroll
+    for (int k = 0; k < kH; ++k)
+#pragma unroll
+      for (int i = 0; i < kN; ++i)
+        prefix[k][pi * kN + i] = use_state && active ? mamba_common::raw_float(rp[k][i], p.scode)
+                                                     : 0.0f;
   }
   int r3 = 0;  // round % 3
   for (int64_t rs = 0; rs < len; rs += per_round) {
@@ -471,7 +577,11 @@ __global__ void __launch_bounds__(kClThreads, 1) fwd_cl_kernel(const Params p) {
         float acc = bias[i] + w[i][kW - 1] * f[i];
 #pragma unroll
         for (int k = 0; k < kH; ++k) acc += w[i][k] * win[k][i];
-        y[i] = p.silu ? mamba_common::silu(acc) : acc;
+        y[i] = acc;
+      }
+      if (p.silu) {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) y[i] = activate<T>(y[i]);
       }
 #pragma unroll
       for (int k = 0; k + 1 < kH; ++k)

@@ -2,10 +2,11 @@
 # A, B, C, D are the names of the Mamba paper and of every public implementation of this op.
 """mamba.selective_state_update: one Mamba-2 decode step of the SSM state, in place.
 
-CUDA: a CTA per (head_dim tile, head, batch row), no shared memory or barrier; the state streamed
-once (16-byte packs, four rows in flight per thread, issued before the small inputs), fp32 math,
-the scalar path for tied (stride-0) A/dt/dt_bias, y reduced by warp shuffles. The torch reference
-(fp32 math, rounded once) is the fallback.
+CUDA: a CTA of 64-256 threads per (head_dim tile, head, batch row); the state streamed once
+(16-byte packs, four rows in flight per thread, issued first), the small inputs (dt', exp(dt' A)
+for a per-head A, x, D x, silu(z) per row; B and C per slab of ds) staged once per CTA in shared
+memory as one batch of loads, fp32 math, y reduced by warp shuffles. The torch reference (fp32
+math, rounded once) is the fallback.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ SELECTIVE_STATE_UPDATE_CUDA = ModuleSpec(
     package="kernels_mamba",
     sources=("csrc/selective_state_update.cuh",),
     exports=(("selective_state_update", "selective_state_update"),),
-    description="CUDA: a CTA per (row tile, head, batch row), state streamed once in fp32",
+    description="CUDA: a CTA per (row tile, head, batch row), state streamed once, inputs in smem",
 )
 _selective_state_update_cuda = CompiledFunction(
     SELECTIVE_STATE_UPDATE_CUDA, "selective_state_update"
