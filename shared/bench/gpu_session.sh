@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session from a source checkout: environment, GPU tests, `kernels-ops check`, benchmarks.
-# Results (logs, JSON, markdown, plots) are packed into $OUT/results.tar.gz.
+# Results (logs, JSON, markdown, plots) are packed into $OUT/results.tar.gz. Bring back that
+# tarball, not the results folder: the device tool returns only a few files from $OUT (a run of
+# 2026-12-03 lost its JSON and plots that way).
 #
 #   TESTS="tests/elementwise" [TESTS_K="not compile"] BENCH="elementwise" [QUICK=1] \
 #     [SANITIZE="tests/x.py::t"] [BENCH_TIMEOUT=seconds] [KERNELS_COMMIT=abc1234] \
@@ -28,6 +30,11 @@
 # PRECOMPILE="group ..." compiles those groups' torch_compile peers in background processes from
 # the start (shared/bench/precompile.py: references whose inductor compile takes minutes); the
 # benchmarks wait for it and then find the graphs in inductor's caches.
+#
+# PROFILE="group:op:shape[:dtype[:impl]] ..." (shape comma-separated, e.g.
+# mamba:selective_state_update:64,80,64,128:bfloat16) runs each case under ncu
+# (shared/bench/profile_op.py: the suite's own inputs and call, no CUDA graph) with the sections
+# that say why a kernel is short of bandwidth; reports land in profile-<n>.txt.
 #
 # Carried wheels (apache-tvm-ffi, liger-kernel for cp312) in .whl/ are installed first.
 set -uo pipefail
@@ -90,6 +97,16 @@ if [ -n "${CHECK:-}" ]; then
   COLUMNS=160 python3 -m kernels_ops check $CHECK 2>&1 | tee "$RESULTS/check.log" | tail -60
   status=$((status | PIPESTATUS[0]))
 fi
+n=0
+for target in ${PROFILE:-}; do
+  IFS=: read -r group op shape dtype impl <<<"$target"
+  n=$((n + 1))
+  ncu --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    python3 -m shared.bench.profile_op --group "$group" --op "$op" --shape "$shape" \
+    ${dtype:+--dtype "$dtype"} ${impl:+--impl "$impl"} --calls 1 >"$RESULTS/profile-$n.txt" 2>&1
+  echo "profile $n ($target): exit $?; $(grep -m1 -i "DRAM Throughput" "$RESULTS/profile-$n.txt")"
+done
 if [ -n "${PRECOMPILE_PID:-}" ]; then
   wait "$PRECOMPILE_PID"
   grep -v "^W1\|^ " "$RESULTS/precompile.log" | tail -20
