@@ -8,6 +8,10 @@ import importlib.metadata
 
 import torch
 
+from kernels_jit.validation import check_tensor
+
+FP8 = torch.float8_e4m3fn
+
 # CUTLASS 3.x / CuTe headers as the nvidia-cutlass wheel ships them (a dependency of this
 # package); kernels-jit adds the directory to the include path and keys builds on its version.
 CUTLASS_DIST = "nvidia-cutlass"
@@ -52,3 +56,26 @@ def cutlass_gemm_reason(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> 
     if max(m, n, k) >= 2**31:
         return "needs M, N and K below 2^31"
     return None
+
+
+def check_fp8_operands(op_id: str, a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
+    """Validate the fp8 GEMM operands every backend takes, ``a [M, K]`` row-major and ``b [K, N]``
+    column-major (``w.t()`` of a row-major weight); return ``(M, N, K)``."""
+    check_tensor(op_id, "a", a, dtypes=(FP8,), ndim=2)
+    check_tensor(op_id, "b", b, dtypes=(FP8,), ndim=2)
+    if a.shape[1] > 1 and a.stride(1) != 1:
+        raise ValueError(
+            f"{op_id}: a [M, K] must be row-major (stride 1 along K), got strides {a.stride()}"
+        )
+    if b.shape[0] > 1 and b.stride(0) != 1:
+        raise ValueError(
+            f"{op_id}: b [K, N] must be column-major (stride 1 along K; pass w.t() of a "
+            f"row-major [N, K] weight), got strides {b.stride()}"
+        )
+    m, k = a.shape
+    if b.shape[0] != k:
+        raise ValueError(
+            f"{op_id}: a [M, K] and b [K, N] must share K, got a {tuple(a.shape)} and "
+            f"b {tuple(b.shape)}"
+        )
+    return m, b.shape[1], k

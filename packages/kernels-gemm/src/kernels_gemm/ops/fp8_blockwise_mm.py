@@ -16,14 +16,13 @@ from __future__ import annotations
 import torch
 
 from kernels_gemm import reference
-from kernels_gemm._fp8_cutlass import CUTLASS_HEADERS, cutlass_gemm_reason
+from kernels_gemm._fp8_cutlass import CUTLASS_HEADERS, FP8, check_fp8_operands, cutlass_gemm_reason
 from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
 from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_same_device, check_tensor
 
 OP_ID = "gemm.fp8_blockwise_mm"
-FP8 = torch.float8_e4m3fn
 OUT_DTYPES = (torch.bfloat16, torch.float16)
 GROUP = 128  # the K group of scale_a and the square block of scale_b
 
@@ -134,26 +133,9 @@ def fp8_blockwise_mm(
     out_dtype : torch.bfloat16 (default; the CUDA path) or torch.float16.
     backend : force a backend by name instead of the best eligible one.
     """
-    check_tensor(OP_ID, "a", a, dtypes=(FP8,), ndim=2)
-    check_tensor(OP_ID, "b", b, dtypes=(FP8,), ndim=2)
-    if a.shape[1] > 1 and a.stride(1) != 1:
-        raise ValueError(
-            f"{OP_ID}: a [M, K] must be row-major (stride 1 along K), got strides {a.stride()}"
-        )
-    if b.shape[0] > 1 and b.stride(0) != 1:
-        raise ValueError(
-            f"{OP_ID}: b [K, N] must be column-major (stride 1 along K; pass w.t() of a "
-            f"row-major [N, K] weight), got strides {b.stride()}"
-        )
-    m, k = a.shape
-    if b.shape[0] != k:
-        raise ValueError(
-            f"{OP_ID}: a [M, K] and b [K, N] must share K, got a {tuple(a.shape)} and "
-            f"b {tuple(b.shape)}"
-        )
+    m, n, k = check_fp8_operands(OP_ID, a, b)
     if k % GROUP:
         raise ValueError(f"{OP_ID}: K must be a multiple of {GROUP}, got K={k}")
-    n = b.shape[1]
     groups, blocks_n = k // GROUP, -(-n // GROUP)
     check_tensor(OP_ID, "scale_a", scale_a, dtypes=(torch.float32,), ndim=2)
     check_tensor(OP_ID, "scale_b", scale_b, dtypes=(torch.float32,), ndim=2)

@@ -12,14 +12,13 @@ from __future__ import annotations
 import torch
 
 from kernels_gemm import reference
-from kernels_gemm._fp8_cutlass import CUTLASS_HEADERS, cutlass_gemm_reason
+from kernels_gemm._fp8_cutlass import CUTLASS_HEADERS, FP8, check_fp8_operands, cutlass_gemm_reason
 from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
 from kernels_jit.loader import CompiledFunction
 from kernels_jit.validation import check_same_device, check_tensor
 
 OP_ID = "gemm.fp8_scaled_mm"
-FP8 = torch.float8_e4m3fn
 OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 # One module per (out dtype, tile config): a CUTLASS instantiation compiles for minutes, so each
@@ -141,24 +140,7 @@ def fp8_scaled_mm(
     bias : optional [N] of ``out_dtype``.
     backend : force a backend by name instead of the best eligible one.
     """
-    check_tensor(OP_ID, "a", a, dtypes=(FP8,), ndim=2)
-    check_tensor(OP_ID, "b", b, dtypes=(FP8,), ndim=2)
-    if a.shape[1] > 1 and a.stride(1) != 1:
-        raise ValueError(
-            f"{OP_ID}: a [M, K] must be row-major (stride 1 along K), got strides {a.stride()}"
-        )
-    if b.shape[0] > 1 and b.stride(0) != 1:
-        raise ValueError(
-            f"{OP_ID}: b [K, N] must be column-major (stride 1 along K; pass w.t() of a "
-            f"row-major [N, K] weight), got strides {b.stride()}"
-        )
-    m, k = a.shape
-    if b.shape[0] != k:
-        raise ValueError(
-            f"{OP_ID}: a [M, K] and b [K, N] must share K, got a {tuple(a.shape)} and "
-            f"b {tuple(b.shape)}"
-        )
-    n = b.shape[1]
+    m, n, _ = check_fp8_operands(OP_ID, a, b)
     _check_scale("scale_a", scale_a, ((m, 1), (1,)))
     _check_scale("scale_b", scale_b, ((n,), (1, n), (1,)))
     if out_dtype not in OUT_DTYPES:
