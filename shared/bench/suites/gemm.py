@@ -200,6 +200,20 @@ def _fp8_operands(m: int, n: int, k: int) -> dict[str, torch.Tensor]:
     return {"a": torch.randn(m, k, device="cuda").to(FP8), "w": w, "b": w.t()}
 
 
+def _add_fp8_peers(impls: dict, expected: Callable, sgl_call, vllm_op) -> None:
+    """The binary peers of an fp8 case, each checked against ``expected``: sglang's call (it
+    returns the product) and vLLM's ``cutlass_scaled_mm(Tensor! out, a, b, a_scales, b_scales,
+    Tensor? bias)``, which writes ``s["out"]``; either may be None (absent)."""
+    if sgl_call is not None:
+        impls["sglang"] = Checked(sgl_call, expected=expected, outputs=lambda s, r: r)
+    if vllm_op is not None:
+        impls["vllm"] = Checked(
+            lambda s, op=vllm_op: op(s["out"], s["a"], s["b"], s["sa"], s["sb"], None),
+            expected=expected,
+            outputs=lambda s, _: s["out"],
+        )
+
+
 def _fp8_scaled_cases(quick: bool) -> Iterator[Case]:
     sgl, lib = sglang(), vllm()
     sgl_op = _peer_op(sgl, ("fp8_scaled_mm",)) if sgl is not None else None
@@ -234,19 +248,12 @@ def _fp8_scaled_cases(quick: bool) -> Iterator[Case]:
                     outputs=lambda s, r: r,
                 ),
             }
-            if sgl_op is not None:  # fp8_scaled_mm(mat_a, mat_b, scales_a, scales_b, dtype, bias)
-                impls["sglang"] = Checked(
-                    lambda s, op=sgl_op: op(s["a"], s["b"], s["sa"], s["sb"], BF16, None),
-                    expected=expected,
-                    outputs=lambda s, r: r,
-                )
-            # cutlass_scaled_mm(Tensor! out, a, b, a_scales, b_scales, Tensor? bias)
-            if vllm_op is not None:
-                impls["vllm"] = Checked(
-                    lambda s, op=vllm_op: op(s["out"], s["a"], s["b"], s["sa"], s["sb"], None),
-                    expected=expected,
-                    outputs=lambda s, _: s["out"],
-                )
+
+            # fp8_scaled_mm(mat_a, mat_b, scales_a, scales_b, dtype, bias)
+            def sgl_call(s, op=sgl_op):
+                return op(s["a"], s["b"], s["sa"], s["sb"], BF16, None)
+
+            _add_fp8_peers(impls, expected, sgl_call if sgl_op is not None else None, vllm_op)
             yield Case(
                 op="fp8_scaled_mm",
                 shape=[m, n, k],
@@ -292,19 +299,11 @@ def _fp8_blockwise_cases(quick: bool) -> Iterator[Case]:
             }
             # fp8_blockwise_scaled_mm(mat_a, mat_b, scales_a, scales_b, out_dtype): its scale_b
             # must have N/128 columns (rounded down), so N a multiple of 128
-            if sgl_op is not None and n % 128 == 0:
-                impls["sglang"] = Checked(
-                    lambda s, op=sgl_op: op(s["a"], s["b"], s["sa"], s["sb"], BF16),
-                    expected=expected,
-                    outputs=lambda s, r: r,
-                )
-            # cutlass_scaled_mm takes [M, K/128] x [K/128, ceil(N/128)] scales as block scales
-            if vllm_op is not None:
-                impls["vllm"] = Checked(
-                    lambda s, op=vllm_op: op(s["out"], s["a"], s["b"], s["sa"], s["sb"], None),
-                    expected=expected,
-                    outputs=lambda s, _: s["out"],
-                )
+            sgl_call = None
+            if sgl_op is not None and n % 128 == 0:  # its scale_b has N/128 columns
+                sgl_call = lambda s, op=sgl_op: op(s["a"], s["b"], s["sa"], s["sb"], BF16)  # noqa: E731
+            # vLLM's cutlass_scaled_mm takes [M, K/128] x [K/128, ceil(N/128)] as block scales
+            _add_fp8_peers(impls, expected, sgl_call, vllm_op)
             yield Case(
                 op="fp8_blockwise_mm",
                 shape=[m, n, k],
