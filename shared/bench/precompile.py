@@ -23,10 +23,17 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
+import torch
+
+from shared.bench import peers
+
 PRECOMPILED_ENV = "KERNELS_BENCH_PRECOMPILED"
 
 
-def _cases(group: str, quick: bool, ops: list[str] | None) -> list:
+def _cases(group: str, quick: bool, ops: list[str] | None, mode: str) -> list:
+    """The group's cases as the benchmark makes them under ``--static-compile mode`` (a
+    torch_compile peer decides static or auto when its case is made)."""
+    peers.set_compile_mode(mode)
     suite = importlib.import_module(f"shared.bench.suites.{group}")
     return [c for c in suite.cases(quick) if not ops or c.op.startswith(tuple(ops))]
 
@@ -46,12 +53,7 @@ def _jobs(cases: list) -> list[list[int]]:
 
 
 def _first_calls(group: str, quick: bool, ops: list[str] | None, mode: str, job: list[int]):
-    import torch
-
-    from shared.bench import peers
-
-    peers.set_compile_mode(mode)
-    cases = _cases(group, quick, ops)
+    cases = _cases(group, quick, ops, mode)
     done = []
     for i in job:
         case = cases[i]
@@ -63,8 +65,6 @@ def _first_calls(group: str, quick: bool, ops: list[str] | None, mode: str, job:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from shared.bench import peers
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--group", action="append", required=True)
     parser.add_argument("--op", action="append", help="only ops whose name starts with this")
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     work = [
         (group, job)
         for group in args.group
-        for job in _jobs(_peers_cases(group, args.quick, args.op, args.static_compile))
+        for job in _jobs(_cases(group, args.quick, args.op, args.static_compile))
     ]
     print(f"precompile: {len(work)} process(es) for {', '.join(args.group)}", flush=True)
     failed = 0
@@ -97,13 +97,6 @@ def main(argv: list[str] | None = None) -> int:
                 failed += 1
                 print(f"precompile {futures[future]} failed: {type(exc).__name__}: {exc}")
     return 1 if failed else 0
-
-
-def _peers_cases(group: str, quick: bool, ops: list[str] | None, mode: str) -> list:
-    from shared.bench import peers
-
-    peers.set_compile_mode(mode)  # a peer decides static or auto when its case is made
-    return _cases(group, quick, ops)
 
 
 if __name__ == "__main__":

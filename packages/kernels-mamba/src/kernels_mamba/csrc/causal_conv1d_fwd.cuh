@@ -40,6 +40,8 @@
 // before) and MUFU silu apply, but one CTA per SM with one round of lookahead (32 KB) keeps it
 // latency-bound (~35-45 us expected); full speed there needs more CTAs per sequence, i.e.
 // narrower channel slices (32-byte sectors) or a time split, not done here.
+// Measured on the H200 (2026-12-03): channel-first 22.48 us (70.4% of copy), channel-last
+// 28.66 us (55.3%).
 #pragma once
 
 #include <kernels/version.h>
