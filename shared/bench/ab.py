@@ -6,11 +6,11 @@ Sweeps compare runs on different days, whose spread (-6% to +10% for unchanged k
     python -m shared.bench.ab prepare --base 91b2b59   # here: the old sources into .ab/ (ignored)
     python -m shared.bench.ab run                      # on the GPU (carry .ab): a table of new/old
 
-``prepare`` copies the kernels-jit C++ headers and layernorm's ``csrc/rmsnorm.cuh`` of the base
-commit into ``.ab/old_kernels`` (headers at the package root, so the old sources include them
-ahead of the installed ones); ``run`` builds both modules, checks that the fused outputs agree
-bit for bit, and times rmsnorm and fused_add_rmsnorm (bf16) under CUDA graphs, 5 interleaved
-rounds each.
+``prepare`` copies the kernels-jit C++ headers and layernorm's ``csrc/`` of the base commit into
+``.ab/old_kernels`` (headers at the package root, so the old sources include them ahead of the
+installed ones); ``run`` builds both versions of the rmsnorm and layernorm modules, checks that
+every op's outputs agree bit for bit, and times rmsnorm, fused_add_rmsnorm and layernorm (bf16)
+under CUDA graphs, 5 interleaved rounds each.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 AB = ROOT / ".ab"
 SOURCES = {
     "packages/kernels-jit/src/kernels_jit/include/kernels": "kernels",
-    "packages/kernels-layernorm/src/kernels_layernorm/csrc/rmsnorm.cuh": "csrc/rmsnorm.cuh",
+    "packages/kernels-layernorm/src/kernels_layernorm/csrc": "csrc",
 }
-SHAPES = ((1, 4096), (16, 4096), (64, 7168), (1024, 4096), (8192, 4096), (8192, 7168),
-          (8192, 8192), (32768, 7168))  # fmt: skip
+SHAPES = ((1, 4096), (16, 4096), (64, 4096), (64, 7168), (1024, 4096), (8192, 4096),
+          (8192, 7168), (8192, 8192), (32768, 4096), (32768, 8192))  # fmt: skip
+EPS = 1e-6
 
 
 def prepare(base: str) -> None:
@@ -52,50 +53,59 @@ def prepare(base: str) -> None:
     )
 
 
+def _modules():
+    """{"rmsnorm" | "layernorm": (base module, new module)}."""
+    from kernels_jit import ModuleSpec, load_module
+    from kernels_layernorm.ops.layernorm import LAYERNORM_CUDA
+    from kernels_layernorm.ops.rmsnorm import RMSNORM_CUDA
+
+    sys.path.insert(0, str(AB))
+    modules = {}
+    for key, new in (("rmsnorm", RMSNORM_CUDA), ("layernorm", LAYERNORM_CUDA)):
+        base = ModuleSpec(
+            name=f"{new.name}_base", package="old_kernels", sources=new.sources,
+            exports=new.exports,
+        )  # fmt: skip
+        modules[key] = (load_module(base), load_module(new))
+    return modules
+
+
 def run() -> None:
     import torch
 
-    from kernels_jit import ModuleSpec, load_module
-    from kernels_layernorm.ops.rmsnorm import RMSNORM_CUDA
     from shared.bench.harness import sets_needed, time_graph
 
-    sys.path.insert(0, str(AB))
-    exports = (("rmsnorm", "rmsnorm"), ("fused_add_rmsnorm", "fused_add_rmsnorm"))
-    old_spec = ModuleSpec(
-        name="rmsnorm_base", package="old_kernels", sources=("csrc/rmsnorm.cuh",), exports=exports
-    )
-    old, new = load_module(old_spec), load_module(RMSNORM_CUDA)
-    eps = 1e-6
+    modules = _modules()
+    rms, ln = modules["rmsnorm"], modules["layernorm"]
+    # op: (module pair, call on one input set (x, residual, out, weight, bias), arrays moved)
+    calls = {
+        "rmsnorm": (rms, lambda m, s: m.rmsnorm(s[2], s[0], s[3], EPS, -1), 2),
+        "fused_add_rmsnorm": (rms, lambda m, s: m.fused_add_rmsnorm(s[0], s[1], s[3], EPS, -1), 4),
+        "layernorm": (ln, lambda m, s: m.layernorm(s[2], s[0], s[3], s[4], EPS, -1), 2),
+    }
     print(
         "| op | shape | base us | new us | new/base | spread base/new |\n|---|---|---|---|---|---|"
     )
     for tokens, hidden in SHAPES:
         w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn_like(w)
 
-        def make(t=tokens, h=hidden):
+        def make(t=tokens, h=hidden, w=w, b=b):
             x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
-            return x, torch.randn_like(x), torch.empty_like(x)
+            return x, torch.randn_like(x), torch.empty_like(x), w, b
 
-        x, r, _ = make()
-        xo, ro, xn, rn = x.clone(), r.clone(), x.clone(), r.clone()
-        old.fused_add_rmsnorm(xo, ro, w, eps, -1)
-        new.fused_add_rmsnorm(xn, rn, w, eps, -1)
-        if not (torch.equal(xo, xn) and torch.equal(ro, rn)):
-            print(f"fused_add_rmsnorm {tokens}x{hidden}: outputs differ from the base", flush=True)
-
-        def fused(module, w=w):
-            return lambda s: module.fused_add_rmsnorm(s[0], s[1], w, eps, -1)
-
-        def plain(module, w=w):
-            return lambda s: module.rmsnorm(s[2], s[0], w, eps, -1)
-
-        calls = {"fused_add_rmsnorm": (fused, 4), "rmsnorm": (plain, 2)}
-        for op, (bind, arrays) in calls.items():
+        for op, ((old, new), call, arrays) in calls.items():
+            first = make()
+            runs = [tuple(t.clone() for t in first) for _ in range(2)]
+            call(old, runs[0])
+            call(new, runs[1])
+            if not all(torch.equal(a, c) for a, c in zip(*runs, strict=True)):
+                print(f"{op} {tokens}x{hidden}: outputs differ from the base", flush=True)
             sets = [make() for _ in range(sets_needed(arrays * tokens * hidden * 2))]
             times: dict[str, list[float]] = {"base": [], "new": []}
             for _ in range(5):
-                times["base"].append(time_graph(bind(old), sets))
-                times["new"].append(time_graph(bind(new), sets))
+                times["base"].append(time_graph(lambda s, m=old, f=call: f(m, s), sets))
+                times["new"].append(time_graph(lambda s, m=new, f=call: f(m, s), sets))
             med = {k: statistics.median(v) for k, v in times.items()}
             spread = "/".join(f"{(max(v) - min(v)) / med[k]:.2f}" for k, v in times.items())
             print(
@@ -103,6 +113,7 @@ def run() -> None:
                 f"{med['new'] / med['base']:.3f} | {spread} |",
                 flush=True,
             )
+            del sets
 
 
 def main(argv: list[str] | None = None) -> int:

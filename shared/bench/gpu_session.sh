@@ -36,6 +36,9 @@
 # (shared/bench/profile_op.py: the suite's own inputs and call, no CUDA graph) with the sections
 # that say why a kernel is short of bandwidth; reports land in profile-<n>.txt.
 #
+# AB=1 runs `python -m shared.bench.ab run` (the row kernels of .ab/old_kernels, prepared here
+# with `python -m shared.bench.ab prepare --base <rev>` and carried, against the tree's; ab.log).
+#
 # Carried wheels (apache-tvm-ffi, liger-kernel for cp312) in .whl/ are installed first.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -95,6 +98,10 @@ if [ -n "${SANITIZE:-}" ]; then
 fi
 if [ -n "${CHECK:-}" ]; then
   COLUMNS=160 python3 -m kernels_ops check $CHECK 2>&1 | tee "$RESULTS/check.log" | tail -60
+  status=$((status | PIPESTATUS[0]))
+fi
+if [ -n "${AB:-}" ]; then
+  python3 -m shared.bench.ab run 2>&1 | tee "$RESULTS/ab.log" | tail -40
   status=$((status | PIPESTATUS[0]))
 fi
 n=0

@@ -169,10 +169,30 @@ class CompilePeer:
         self._fn = (
             static_compiled(self.reference, self.shape) if self.static else compiled(self.reference)
         )
+        before = _graph_cache_counts()
         start = time.perf_counter()
         result = self.call(self._fn, inputs)
         self.record_extra["compile_s"] = round(time.perf_counter() - start, 2)
+        # Whether inductor's on-disk FX-graph cache served the graphs (shared.bench.precompile
+        # fills it): a slow first call with misses after a precompile says the graphs differ.
+        after = _graph_cache_counts()
+        cache = {k: after[k] - before[k] for k in after}
+        self.record_extra["fx_graph_cache"] = cache
+        if self.record_extra["compile_s"] > 20:  # shows where a long sweep's time went
+            print(
+                f"  torch_compile {getattr(self.reference, '__name__', '?')} {self.shape}: first "
+                f"call {self.record_extra['compile_s']:.0f} s, fx graph cache "
+                + ", ".join(f"{n} {k}" for k, n in cache.items()),
+                flush=True,
+            )
         return result
+
+
+def _graph_cache_counts() -> dict[str, int]:
+    from torch._dynamo.utils import counters
+
+    inductor = counters["inductor"]
+    return {k: inductor[f"fxgraph_cache_{k}"] for k in ("hit", "miss", "bypass")}
 
 
 def torch_compile(

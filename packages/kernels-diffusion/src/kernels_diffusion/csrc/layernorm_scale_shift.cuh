@@ -74,8 +74,9 @@ struct ScaleShift : Params, rowwise::RowOp {
             static_cast<const M*>(shift) + b * shift_s.b + l * shift_s.l};
   }
 
-  __device__ __forceinline__ void load_input(const Row& row, int i, Pack& x) const {
-    x.load_stream(row.in + i * kN);
+  __device__ __forceinline__ void load_input(const Row& row, int i, Pack& x,
+                                             kernels::Cache cache) const {
+    x.load(row.in + i * kN, cache);
   }
   __device__ __forceinline__ void load_operands(const Row& row, int i, Regs& g) const {
     if (scale_s.l == 0) {  // per sample: every token of the sample reads it
@@ -90,7 +91,8 @@ struct ScaleShift : Params, rowwise::RowOp {
     }
     g.i = i;
   }
-  __device__ __forceinline__ void load(const Row& row, int i, Regs& g, bool) const {
+  __device__ __forceinline__ void load(const Row& row, int i, Regs& g, bool,
+                                       kernels::Cache) const {
     load_operands(row, i, g);
   }
   // Passes 0 and 1 (mean, variance) read the row; pass 2 the row and the operands.

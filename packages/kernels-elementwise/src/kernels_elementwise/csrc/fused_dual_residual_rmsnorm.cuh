@@ -59,11 +59,13 @@ struct DualRms : Params, rowwise::RowOp {
   __device__ __forceinline__ const T* w1_at(int i) const { return static_cast<const T*>(w1) + i * kN; }
   __device__ __forceinline__ const T* w2_at(int i) const { return static_cast<const T*>(w2) + i * kN; }
 
-  __device__ __forceinline__ void load_input(const Row& row, int i, Pack& a) const {
-    a.load_stream(row.x + i * kN);
+  __device__ __forceinline__ void load_input(const Row& row, int i, Pack& a,
+                                             kernels::Cache cache) const {
+    a.load(row.x + i * kN, cache);
   }
-  __device__ __forceinline__ void load(const Row& row, int i, Regs& g, bool late) const {
-    g.r.load_stream(row.residual + i * kN);
+  __device__ __forceinline__ void load(const Row& row, int i, Regs& g, bool late,
+                                       kernels::Cache cache) const {
+    g.r.load(row.residual + i * kN, cache);
     g.w.load_cached(w1_at(i));
     if (!late) g.v.load_cached(w2_at(i));
   }

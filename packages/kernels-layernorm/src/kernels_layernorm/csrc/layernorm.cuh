@@ -51,14 +51,15 @@ struct LayerNorm : Params, rowwise::RowOp {
             static_cast<T*>(out) + rowwise::row_offset(out_map, r, inner)};
   }
 
-  __device__ __forceinline__ void load_input(const Row& row, int i, Pack& x) const {
-    x.load_stream(row.in + i * kN);
+  __device__ __forceinline__ void load_input(const Row& row, int i, Pack& x,
+                                             kernels::Cache cache) const {
+    x.load(row.in + i * kN, cache);
   }
   __device__ __forceinline__ void load_weights(int i, Regs& g) const {
     g.w.load_cached(static_cast<const W*>(weight) + i * kN);
     if (bias != nullptr) g.b.load_cached(static_cast<const W*>(bias) + i * kN);
   }
-  __device__ __forceinline__ void load(const Row&, int i, Regs& g, bool) const {
+  __device__ __forceinline__ void load(const Row&, int i, Regs& g, bool, kernels::Cache) const {
     load_weights(i, g);
   }
   // Passes 0 and 1 (mean, variance) read the row; pass 2 the row, weight and bias.

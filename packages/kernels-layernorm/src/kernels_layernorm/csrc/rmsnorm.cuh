@@ -65,12 +65,14 @@ struct RmsNorm : Params, rowwise::RowOp {
             static_cast<const T*>(s.weight)};
   }
 
-  __device__ __forceinline__ void load_input(const Row& row, int i, Pack& x) const {
-    x.load_stream(row.in + i * kN);
+  __device__ __forceinline__ void load_input(const Row& row, int i, Pack& x,
+                                             kernels::Cache cache) const {
+    x.load(row.in + i * kN, cache);
   }
-  __device__ __forceinline__ void load(const Row& row, int i, Regs& g, bool) const {
+  __device__ __forceinline__ void load(const Row& row, int i, Regs& g, bool,
+                                       kernels::Cache cache) const {
     g.w.load_cached(row.weight + i * kN);
-    if constexpr (kFused) g.r.load_stream(row.res + i * kN);
+    if constexpr (kFused) g.r.load(row.res + i * kN, cache);
   }
   // Pass 0: the row (and residual); pass 1: what to normalise (the stored sum) and the weight.
   // Not streaming: the second pass reads the row again.

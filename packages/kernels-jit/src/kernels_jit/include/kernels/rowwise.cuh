@@ -10,9 +10,11 @@
 //   kN, kStats, Pack           kStats: row statistics, in order (RMS: 1; LayerNorm: mean, var)
 //   Row row(r)                 row r's pointers; Row has `T* out`, where output() is stored
 //   Regs                       the per-access operands held beside x (weights, bias, residual)
-//   load_input(row, i, x)      register kernel: access i of the row (streaming)
-//   load(row, i, regs, late)   register kernel: its operands, issued with the row's loads (but
-//                              for `late`, those that load_late loads)
+//   load_input(row, i, x, cache)  register kernel: access i of the row, loaded with `cache`
+//                              (kernels::Cache, a constant: see kRowLoads)
+//   load(row, i, regs, late, cache)  register kernel: its operands, issued with the row's loads
+//                              (but for `late`, those that load_late loads); the row-sized ones
+//                              (a residual) with `cache`, weights with load_cached
 //   load_pass(pass, row, i, x, regs)  loop kernel: what pass `pass` reads (pass kStats: output)
 //   update(s, x, regs, stats)  pre-reduce, in registers, before statistic s (x += residual)
 //   load_late(s, row, i, regs) register kernel at kLateFrom or more vectors per thread: operands
@@ -136,6 +138,15 @@ struct RowOp {
   __device__ __forceinline__ void store(int, const Row&, int, const Pack&) const {}
 };
 
+// The cache policy of the register kernel's row-sized loads: plain in the 8-vector kernel (the
+// many-rows plan of long rows), evict-first in the others. Measured on the H200 (2026-12-03,
+// interleaved A/B, bf16): plain loads took the 8-vector rmsnorm to 0.956-0.974 of its time at
+// 8192/32768 x 4096/8192 (the whole gap to Liger and static Inductor), but the 2-vector plan of
+// 64 x 4096 to 1.14 (rmsnorm) and 1.09 (layernorm).
+template <int kVectorsPerThread>
+constexpr kernels::Cache kRowLoads =
+    kVectorsPerThread >= 8 ? kernels::Cache::kPlain : kernels::Cache::kStream;
+
 // The register kernel: the row stays in registers from its one read to its one write (the
 // minimum traffic). Rows up to kMaxBlock * kVectorsPerThread vectors.
 template <typename Op, int kVectorsPerThread>
@@ -158,7 +169,7 @@ __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __gri
   for (int j = 0; j < kVectorsPerThread; ++j) {
     const int i = th.lane + j * s.tpr;
     if (i < vectors) {
-      op.load_input(row, i, x[j]);
+      op.load_input(row, i, x[j], kRowLoads<kVectorsPerThread>);
     } else {
       x[j].zero();
     }
@@ -169,7 +180,7 @@ __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __gri
 #pragma unroll
   for (int j = 0; j < kVectorsPerThread; ++j) {
     const int i = th.lane + j * s.tpr;
-    if (i < vectors) op.load(row, i, regs[j], kLate);
+    if (i < vectors) op.load(row, i, regs[j], kLate, kRowLoads<kVectorsPerThread>);
   }
   float stats[kStats];
 #pragma unroll

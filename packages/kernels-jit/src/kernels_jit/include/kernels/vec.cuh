@@ -16,6 +16,8 @@
 //     for data the kernel writes.
 //   load / store: plain; load is coherent with the thread's own earlier stores (loop kernels
 //     re-reading a row they wrote): pass a pointer that is not __restrict__.
+//   load(p, cache): load_stream or load, for kernels whose launch plan picks the policy (the row
+//     engine passes it to its op structs as a compile-time constant).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,6 +33,9 @@
 namespace kernels {
 
 constexpr int kVectorBytes = 16;
+
+// The cache policy of a load: evict-first (data touched once) or plain.
+enum class Cache { kStream, kPlain };
 
 __host__ __device__ __forceinline__ bool is_aligned(const void* ptr, size_t bytes = kVectorBytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
@@ -135,6 +140,13 @@ struct Pack<T, kN, true> {
 #pragma unroll
     for (int a = 0; a < kAccesses; ++a) set(a, reinterpret_cast<const uint4*>(p)[a]);
   }
+  __device__ __forceinline__ void load(const T* p, Cache cache) {
+    if (cache == Cache::kStream) {
+      load_stream(p);
+    } else {
+      load(p);
+    }
+  }
   __device__ __forceinline__ void store(T* p) const {
 #pragma unroll
     for (int a = 0; a < kAccesses; ++a) reinterpret_cast<uint4*>(p)[a] = get(a);
@@ -169,6 +181,7 @@ struct Pack<T, 1, false> {
     v = __ldg(reinterpret_cast<const Bits*>(p));
   }
   __device__ __forceinline__ void load(const T* p) { v = *reinterpret_cast<const Bits*>(p); }
+  __device__ __forceinline__ void load(const T* p, Cache) { load(p); }
   __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Bits*>(p) = v; }
   __device__ __forceinline__ void store_stream(T* p) const { *reinterpret_cast<Bits*>(p) = v; }
   __device__ __forceinline__ void unpack(Value (&f)[1]) const {
