@@ -191,8 +191,9 @@ class CompilePeer:
 def _graph_cache_counts() -> dict[str, int]:
     from torch._dynamo.utils import counters
 
-    inductor = counters["inductor"]
-    return {k: inductor[f"fxgraph_cache_{k}"] for k in ("hit", "miss", "bypass")}
+    graphs = {k: counters["inductor"][f"fxgraph_cache_{k}"] for k in ("hit", "miss", "bypass")}
+    aot = {f"aot_{k}": counters["aot_autograd"][f"autograd_cache_{k}"] for k in ("hit", "miss")}
+    return graphs | aot
 
 
 def torch_compile(
