@@ -55,7 +55,7 @@ def _inputs(batch, heads, head_dim, dstate, groups, seed, tied=False, state_dtyp
     x, z = rnd(batch, heads, head_dim), rnd(batch, heads, head_dim)
     dt = rnd(batch, heads, head_dim, scale=2.0)
     if tied:
-        A = -torch.rand(heads, generator=g)[:, None, None].expand(heads, head_dim, dstate)
+        A = (-torch.rand(heads, generator=g))[:, None, None].expand(heads, head_dim, dstate)
         D = rnd(heads)[:, None].expand(heads, head_dim)
         dt_bias = rnd(heads)[:, None].expand(heads, head_dim)
     else:

@@ -170,11 +170,15 @@ def ssu_cases(quick: bool) -> Iterator[Case]:
                 def r(*shape):
                     return torch.randn(*shape, device="cuda").to(DTYPE)
 
+                # Tied A: a stride-0 view of per-head scalars (negated before the expand: a
+                # negated view is a dense copy, which took the per-element path until 2026-12-04).
+                a = (-torch.rand(heads, device="cuda"))[:, None, None].expand(heads, hd, ds)
+                assert a.stride()[1:] == (0, 0)
                 return {
                     "state": torch.randn(batch, heads, hd, ds, device="cuda").to(state_dtype),
                     "x": r(batch, heads, hd),
                     "dt": r(batch, heads)[..., None].expand(batch, heads, hd),
-                    "A": -torch.rand(heads, device="cuda")[:, None, None].expand(heads, hd, ds),
+                    "A": a,
                     "B": r(batch, groups, ds),
                     "C": r(batch, groups, ds),
                     "D": torch.randn(heads, device="cuda")[:, None].expand(heads, hd),

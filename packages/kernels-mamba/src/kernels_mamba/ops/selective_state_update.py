@@ -193,7 +193,7 @@ def _selective_state_update_samples(device: torch.device) -> list[tuple[tuple, d
 
     state = rnd(5, heads, head_dim, dstate).to(torch.bfloat16)
     x, dt, z = rnd(batch, heads, head_dim), rnd(batch, heads, head_dim, scale=0.5), rnd(3, 4, 8)
-    A = -torch.rand(heads, generator=g).to(device)[:, None, None].expand(heads, head_dim, dstate)
+    A = (-torch.rand(heads, generator=g).to(device))[:, None, None].expand(heads, head_dim, dstate)
     D = rnd(heads)[:, None].expand(heads, head_dim)
     dt_bias = rnd(heads)[:, None].expand(heads, head_dim)
     B, C = rnd(batch, groups, dstate), rnd(batch, groups, dstate)
