@@ -68,26 +68,13 @@ struct LayerNorm : Params, rowwise::RowOp {
     x.load(row.in + i * kN);
     if (pass == kStats) load_weights(i, g);
   }
-  // Statistic 0: the sum (-> mean); 1: the centred squares of the row's own lanes (-> rstd).
+  // The mean, then rstd from the centred squares (rowwise::layernorm_accumulate).
   __device__ __forceinline__ float accumulate(int s, const Pack& x, const float* stats, float acc,
                                               bool valid) const {
-    float f[kN];
-    x.unpack(f);
-    if (s == 0) {
-#pragma unroll
-      for (int k = 0; k < kN; ++k) acc += f[k];
-    } else if (valid) {
-#pragma unroll
-      for (int k = 0; k < kN; ++k) {
-        const float d = f[k] - stats[0];
-        acc = fmaf(d, d, acc);
-      }
-    }
-    return acc;
+    return rowwise::layernorm_accumulate(s, x, stats, acc, valid);
   }
   __device__ __forceinline__ float finish(int s, float sum) const {
-    const float m = sum * (1.0f / static_cast<float>(shape.hidden));
-    return s == 0 ? m : rsqrtf(m + eps);
+    return rowwise::layernorm_finish(s, sum, shape.hidden, eps);
   }
   __device__ __forceinline__ Pack output(const Pack& x, const Regs& g, const float* stats) const {
     float a[kN], c[kN];

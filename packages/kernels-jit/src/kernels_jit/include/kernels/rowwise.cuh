@@ -117,6 +117,32 @@ __device__ __forceinline__ float row_sum(float v, int tpr, float* shared) {
   return kernels::warp_sum(v);
 }
 
+// The two statistics of a LayerNorm, for the accumulate/finish hooks of an op struct with
+// kStats = 2: statistic 0 the sum (-> mean), statistic 1 the centred squares of the row's own
+// lanes (-> rstd): the exact two-pass variance, no E[x^2] - mean^2 cancellation. layernorm and
+// diffusion.layernorm_scale_shift use them.
+template <typename Pack>
+__device__ __forceinline__ float layernorm_accumulate(int s, const Pack& x, const float* stats,
+                                                      float acc, bool valid) {
+  float f[Pack::size];
+  x.unpack(f);
+  if (s == 0) {
+#pragma unroll
+    for (int k = 0; k < Pack::size; ++k) acc += f[k];
+  } else if (valid) {
+#pragma unroll
+    for (int k = 0; k < Pack::size; ++k) {
+      const float d = f[k] - stats[0];
+      acc = fmaf(d, d, acc);
+    }
+  }
+  return acc;
+}
+__device__ __forceinline__ float layernorm_finish(int s, float sum, int hidden, float eps) {
+  const float m = sum * (1.0f / static_cast<float>(hidden));
+  return s == 0 ? m : rsqrtf(m + eps);
+}
+
 // Accesses per thread and pass that the loop kernel issues together before their first use:
 // their loads are in flight at once even where out aliases the input (which keeps the compiler
 // from moving loads across stores).
