@@ -92,23 +92,14 @@ __global__ void __launch_bounds__(kBlock)
   uint32_t m = 0;
   for (int64_t base = blockIdx.x * kChunk; base < v.items; base += gridDim.x * kChunk) {
     P p[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    m = quant::load_absmax(p, m, [&](int u, P& pack) {
       const int64_t i = base + u * kBlock + threadIdx.x;
-      if (i < v.items) {
-        int64_t xo, qo;
-        offsets<kN>(v, i, xo, qo);
-        p[u].load(x + xo);  // not streaming: the quantize pass re-reads the end of x from L2
-      } else {
-        p[u].zero();
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float f[kN];
-      p[u].unpack(f);
-      m = quant::absmax_bits(f, m);
-    }
+      if (i >= v.items) return false;
+      int64_t xo, qo;
+      offsets<kN>(v, i, xo, qo);
+      pack.load(x + xo);  // not streaming: the quantize pass re-reads the end of x from L2
+      return true;
+    });
   }
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < v.tail)
     m = max(m, quant::abs_bits(tail_value<T, kN>(v)));

@@ -46,22 +46,12 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
 
   if (pdl) kernels::pdl_wait();
   P v[kVPT];
-#pragma unroll
-  for (int j = 0; j < kVPT; ++j) {
+  uint32_t m = quant::load_absmax(v, 0u, [&](int j, P& pack) {
     const int i = th.lane + j * p.tpr;
-    if (i < vectors) {
-      v[j].load_stream(x + i * kN);
-    } else {
-      v[j].zero();
-    }
-  }
-  uint32_t m = 0;
-#pragma unroll
-  for (int j = 0; j < kVPT; ++j) {
-    float f[kN];
-    v[j].unpack(f);
-    m = quant::absmax_bits(f, m);
-  }
+    if (i >= vectors) return false;
+    pack.load_stream(x + i * kN);
+    return true;
+  });
   m = p.tpr <= 32 ? quant::lanes_max(m, p.tpr) : quant::block_max(m, shared);
   if (pdl) kernels::pdl_launch_dependents();
   if (!valid) return;
@@ -98,21 +88,12 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
   uint32_t m = 0;
   for (int base = th.lane; base < n; base += kBatch * step) {
     P v[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
+    m = quant::load_absmax(v, m, [&](int u, P& pack) {
       const int i = base + u * step;
-      if (i < n) {
-        v[u].load(x + i * kN);
-      } else {
-        v[u].zero();
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      float f[kN];
-      v[u].unpack(f);
-      m = quant::absmax_bits(f, m);
-    }
+      if (i >= n) return false;
+      pack.load(x + i * kN);
+      return true;
+    });
   }
   m = p.tpr <= 32 ? quant::lanes_max(m, p.tpr) : quant::block_max(m, shared);
   if (pdl) kernels::pdl_launch_dependents();

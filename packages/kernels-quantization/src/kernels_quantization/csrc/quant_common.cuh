@@ -35,6 +35,23 @@ __device__ __forceinline__ uint32_t absmax_bits(const float (&v)[kN], uint32_t a
   return acc;
 }
 
+// Loads kU packs, load(u, pack) returning false past the end (that pack is zeroed), and folds
+// their absmax into m: every load issued before the first maximum.
+template <int kU, typename P, typename Load>
+__device__ __forceinline__ uint32_t load_absmax(P (&packs)[kU], uint32_t m, const Load& load) {
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    if (!load(u, packs[u])) packs[u].zero();
+  }
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    float f[P::size];
+    packs[u].unpack(f);
+    m = absmax_bits(f, m);
+  }
+  return m;
+}
+
 // s = max(absmax, eps) / qmax (NaN stays NaN: the maximum is taken on the bits).
 __device__ __forceinline__ float dynamic_scale(uint32_t absmax, float eps, float qmax) {
   return __fdiv_rn(__uint_as_float(max(absmax, __float_as_uint(eps))), qmax);
