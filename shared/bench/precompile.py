@@ -11,17 +11,22 @@ order, so the same graphs and guards come out), on the host's cores while the GP
 work. The benchmark run that follows traces again but finds every graph in inductor's FX-graph
 and Triton caches; its ``compile_s`` then measures that warm path, so it records the group in
 ``precompiled`` (``$KERNELS_BENCH_PRECOMPILED``, set by ``gpu_session.sh``).
+
+Each job is a top-level ``python -m shared.bench.precompile --job`` process, not a
+multiprocessing child: graphs compiled in a ProcessPoolExecutor (spawn) worker get other FX-graph
+cache keys than the same graphs compiled in a top-level process (2026-12-04, torch 2.11 on the
+H200 and 2.13 here: 0 hits of 9 for kv_canary_write in the benchmark; a second top-level process
+hits all 9), so the benchmark found none of them.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import multiprocessing
 import os
+import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import torch
 
@@ -75,27 +80,49 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(peers.COMPILE_MODES),
         default=os.environ.get(peers.COMPILE_ENV, peers.DEFAULT_COMPILE_MODE),
     )
+    parser.add_argument("--job", help=argparse.SUPPRESS)  # one job's case indices, "3,4"
     args = parser.parse_args(argv)
+    if args.job is not None:  # a job process: its cases' first calls, one line each
+        job = [int(i) for i in args.job.split(",")]
+        for line in _first_calls(args.group[0], args.quick, args.op, args.static_compile, job):
+            print(f"precompiled {args.group[0]}.{line}", flush=True)
+        return 0
     work = [
         (group, job)
         for group in args.group
         for job in _jobs(_cases(group, args.quick, args.op, args.static_compile))
     ]
     print(f"precompile: {len(work)} process(es) for {', '.join(args.group)}", flush=True)
+    common = ["--static-compile", args.static_compile] + (["--quick"] if args.quick else [])
+    for op in args.op or []:
+        common += ["--op", op]
     failed = 0
-    context = multiprocessing.get_context("spawn")  # CUDA does not survive fork
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
-        futures = {
-            pool.submit(_first_calls, group, args.quick, args.op, args.static_compile, job): group
-            for group, job in work
-        }
-        for future in as_completed(futures):
-            try:
-                for line in future.result():
-                    print(f"precompiled {futures[future]}.{line}", flush=True)
-            except Exception as exc:  # the benchmark then compiles that graph itself
-                failed += 1
-                print(f"precompile {futures[future]} failed: {type(exc).__name__}: {exc}")
+    running: list[tuple[str, subprocess.Popen]] = []
+
+    def reap(proc_group: str, proc: subprocess.Popen) -> int:
+        out, _ = proc.communicate()
+        lines = [ln for ln in out.splitlines() if ln.startswith("precompiled ")]
+        print("\n".join(lines) if lines else "", end="\n" if lines else "", flush=True)
+        if proc.returncode != 0:  # the benchmark then compiles those graphs itself
+            print(f"precompile {proc_group} failed (exit {proc.returncode}): {out[-2000:]}")
+            return 1
+        return 0
+
+    for group, job in work:
+        while len(running) >= args.jobs:
+            finished = [r for r in running if r[1].poll() is not None]
+            if not finished:
+                time.sleep(0.5)
+                continue
+            for r in finished:
+                running.remove(r)
+                failed += reap(*r)
+        cmd = [sys.executable, "-m", "shared.bench.precompile", "--group", group, *common]
+        cmd += ["--job", ",".join(map(str, job))]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        running.append((group, proc))
+    for r in running:
+        failed += reap(*r)
     return 1 if failed else 0
 
 
