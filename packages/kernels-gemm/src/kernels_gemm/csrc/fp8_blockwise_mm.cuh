@@ -56,12 +56,8 @@ using Large = Gemm<OutT, Shape<_128, _128, _128>, Shape<_1, _2, _1>,
 
 enum Config { kSmall = 0, kLarge = 1 };
 
-struct Problem {
-  int m, n, k;
-  int64_t lda, ldb, ld_scale_a, ld_scale_b;
-  const void *a, *b;
-  const float *scale_a, *scale_b;
-  void* out;
+struct Problem : fp8_gemm::Operands {
+  int64_t ld_scale_a, ld_scale_b;
 };
 
 template <class Config>
@@ -151,19 +147,7 @@ void fp8_blockwise_mm(tvm::ffi::TensorView out, tvm::ffi::TensorView a,
   kernels::DeviceGuard guard(a);
   const kernels::Launch ctx(kOp, a);
   // 4. Launch the module's config.
-  detail::Problem p{};
-  p.m = static_cast<int>(m);
-  p.n = static_cast<int>(n);
-  p.k = static_cast<int>(k);
-  p.lda = a.stride(0);
-  p.ldb = b.stride(1);
-  p.ld_scale_a = ld_sa;
-  p.ld_scale_b = ld_sb;
-  p.a = a.data_ptr();
-  p.b = b.data_ptr();
-  p.scale_a = static_cast<const float*>(scale_a.data_ptr());
-  p.scale_b = static_cast<const float*>(scale_b.data_ptr());
-  p.out = out.data_ptr();
+  const detail::Problem p{fp8_gemm::operands(out, a, b, scale_a, scale_b), ld_sa, ld_sb};
   if constexpr (kConfig == detail::kSmall) {
     detail::launch<detail::Small<cutlass::bfloat16_t>>(kOp, p, ctx);
   } else {

@@ -67,6 +67,32 @@ inline void check_operands(const char* op, const tvm::ffi::TensorView& out,
 }
 
 // The stride of a row-major [rows, cols] operand (CUTLASS's (ld, _1, 0) packed form with ld set).
+// What every fp8 GEMM launch reads of its checked operands: sizes, the leading strides of a
+// (row-major) and b (column-major), the pointers and the fp32 scales. A GEMM's Problem derives
+// from it and adds its own fields.
+struct Operands {
+  int m, n, k;
+  int64_t lda, ldb;
+  const void *a, *b;
+  const float *scale_a, *scale_b;
+  void* out;
+};
+
+inline Operands operands(const tvm::ffi::TensorView& out, const tvm::ffi::TensorView& a,
+                         const tvm::ffi::TensorView& b, const tvm::ffi::TensorView& scale_a,
+                         const tvm::ffi::TensorView& scale_b) {
+  return {static_cast<int>(a.size(0)),
+          static_cast<int>(b.size(1)),
+          static_cast<int>(a.size(1)),
+          a.stride(0),
+          b.stride(1),
+          a.data_ptr(),
+          b.data_ptr(),
+          static_cast<const float*>(scale_a.data_ptr()),
+          static_cast<const float*>(scale_b.data_ptr()),
+          out.data_ptr()};
+}
+
 template <class Stride>
 inline Stride row_stride(int64_t ld) {
   Stride s{};

@@ -98,13 +98,9 @@ using Large = Gemm<OutT, Shape<_128, _128, _128>, Shape<_2, _1, _1>,
                    cutlass::epilogue::TmaWarpSpecializedCooperative,
                    cutlass::gemm::PersistentScheduler, false>;
 
-struct Problem {
-  int m, n, k;
-  int64_t lda, ldb;
-  const void *a, *b, *bias;
-  const float *scale_a, *scale_b;
+struct Problem : fp8_gemm::Operands {
+  const void* bias;
   bool row_scale_a, col_scale_b;
-  void* out;
 };
 
 // The packed stride of D with its one dynamic (leading) dimension set: mode 0 of a row-major
@@ -214,20 +210,8 @@ void fp8_scaled_mm(tvm::ffi::TensorView out, tvm::ffi::TensorView a, tvm::ffi::T
   kernels::DeviceGuard guard(a);
   const kernels::Launch ctx(kOp, a);
   // 4. Launch the module's config.
-  detail::Problem p{};
-  p.m = static_cast<int>(m);
-  p.n = static_cast<int>(n);
-  p.k = static_cast<int>(k);
-  p.lda = a.stride(0);
-  p.ldb = b.stride(1);
-  p.a = a.data_ptr();
-  p.b = b.data_ptr();
-  p.bias = bias_ptr;
-  p.scale_a = static_cast<const float*>(scale_a.data_ptr());
-  p.scale_b = static_cast<const float*>(scale_b.data_ptr());
-  p.row_scale_a = scale_a.numel() != 1 || m == 1;
-  p.col_scale_b = scale_b.numel() != 1 || n == 1;
-  p.out = out.data_ptr();
+  const detail::Problem p{fp8_gemm::operands(out, a, b, scale_a, scale_b), bias_ptr,
+                         scale_a.numel() != 1 || m == 1, scale_b.numel() != 1 || n == 1};
   if constexpr (kConfig == detail::kM16) {
     detail::launch<detail::M16<OutT>>(kOp, p, ctx);
   } else if constexpr (kConfig == detail::kM64) {
