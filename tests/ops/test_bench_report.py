@@ -115,7 +115,11 @@ def test_compile_peer_records_its_mode_and_first_call(monkeypatch):
     assert static((2, 3)) == 5 and static((4, 5)) == 9
     assert auto((2, 3)) == 6
     assert built == [("static", [8192, 4096]), ("auto", None)]  # built once, at the first call
-    assert set(static.record_extra) == {"compile", "compile_s"}
+    assert set(static.record_extra) == {"compile", "compile_s", "fx_graph_cache"}
+    # inductor's cache counts over the first call (none here: the fake compiles nothing)
+    assert static.record_extra["fx_graph_cache"] == dict.fromkeys(
+        ("hit", "miss", "bypass", "aot_hit", "aot_miss"), 0
+    )
     forced = peers.torch_compile(lambda a: a, [1024, 4096], lambda f, s: f(s), static=True)
     assert forced.record_extra["compile"] == "static"
 
