@@ -22,11 +22,14 @@ hits all 9), so the benchmark found none of them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from typing import Any
 
 import torch
 
@@ -97,32 +100,39 @@ def main(argv: list[str] | None = None) -> int:
     for op in args.op or []:
         common += ["--op", op]
     failed = 0
-    running: list[tuple[str, subprocess.Popen]] = []
+    # (group, process, its output file): a file, not a pipe, so that a job's compile logs can
+    # never fill a pipe nobody reads while this loop waits for a free slot.
+    running: list[tuple[str, subprocess.Popen, Any]] = []
 
-    def reap(proc_group: str, proc: subprocess.Popen) -> int:
-        out, _ = proc.communicate()
-        lines = [ln for ln in out.splitlines() if ln.startswith("precompiled ")]
-        print("\n".join(lines) if lines else "", end="\n" if lines else "", flush=True)
+    def reap(proc_group: str, proc: subprocess.Popen, log) -> int:
+        proc.wait()
+        log.seek(0)
+        out = log.read()
+        for line in out.splitlines():
+            if line.startswith("precompiled "):
+                print(line, flush=True)
         if proc.returncode != 0:  # the benchmark then compiles those graphs itself
             print(f"precompile {proc_group} failed (exit {proc.returncode}): {out[-2000:]}")
             return 1
         return 0
 
-    for group, job in work:
-        while len(running) >= args.jobs:
-            finished = [r for r in running if r[1].poll() is not None]
-            if not finished:
-                time.sleep(0.5)
-                continue
-            for r in finished:
-                running.remove(r)
-                failed += reap(*r)
-        cmd = [sys.executable, "-m", "shared.bench.precompile", "--group", group, *common]
-        cmd += ["--job", ",".join(map(str, job))]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        running.append((group, proc))
-    for r in running:
-        failed += reap(*r)
+    with contextlib.ExitStack() as logs:
+        for group, job in work:
+            while len(running) >= args.jobs:
+                finished = [r for r in running if r[1].poll() is not None]
+                if not finished:
+                    time.sleep(0.5)
+                    continue
+                for r in finished:
+                    running.remove(r)
+                    failed += reap(*r)
+            cmd = [sys.executable, "-m", "shared.bench.precompile", "--group", group, *common]
+            cmd += ["--job", ",".join(map(str, job))]
+            log = logs.enter_context(tempfile.TemporaryFile("w+"))
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+            running.append((group, proc, log))
+        for r in running:
+            failed += reap(*r)
     return 1 if failed else 0
 
 

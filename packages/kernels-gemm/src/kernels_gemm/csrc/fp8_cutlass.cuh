@@ -66,7 +66,6 @@ inline void check_operands(const char* op, const tvm::ffi::TensorView& out,
   kernels::check_same_device(op, "out", out, "a", a);
 }
 
-// The stride of a row-major [rows, cols] operand (CUTLASS's (ld, _1, 0) packed form with ld set).
 // What every fp8 GEMM launch reads of its checked operands: sizes, the leading strides of a
 // (row-major) and b (column-major), the pointers and the fp32 scales. A GEMM's Problem derives
 // from it and adds its own fields.
@@ -93,6 +92,7 @@ inline Operands operands(const tvm::ffi::TensorView& out, const tvm::ffi::Tensor
           out.data_ptr()};
 }
 
+// The stride of a row-major [rows, cols] operand (CUTLASS's (ld, _1, 0) packed form with ld set).
 template <class Stride>
 inline Stride row_stride(int64_t ld) {
   Stride s{};

@@ -165,10 +165,11 @@ struct RowOp {
 };
 
 // The cache policy of the register kernel's row-sized loads: plain in the 8-vector kernel (the
-// many-rows plan of long rows), evict-first in the others. Measured on the H200 (2026-12-03,
-// interleaved A/B, bf16): plain loads took the 8-vector rmsnorm to 0.956-0.974 of its time at
-// 8192/32768 x 4096/8192 (the whole gap to Liger and static Inductor), but the 2-vector plan of
-// 64 x 4096 to 1.14 (rmsnorm) and 1.09 (layernorm).
+// many-rows plan of long rows), evict-first in the others. Measured on the H200 (bf16,
+// interleaved A/B against evict-first loads everywhere, 2026-12-04): rmsnorm 0.957-0.972 of its
+// time at 8192/32768 x 4096-8192, fused_add_rmsnorm 0.978-0.984, layernorm 0.987-1.000, decode
+// shapes unchanged; plain loads in the 2-vector plan of 64 x 4096 had cost 1.14 (rmsnorm) and
+// 1.09 (layernorm) in the experiment of 2026-12-03.
 template <int kVectorsPerThread>
 constexpr kernels::Cache kRowLoads =
     kVectorsPerThread >= 8 ? kernels::Cache::kPlain : kernels::Cache::kStream;
