@@ -31,7 +31,10 @@
 // B = 1: 64-thread CTAs (tile 16 rows: 320 CTAs of 4 KB; fp32 640 of 4 KB) spread the 1.3 MB
 // read over every SM in one round trip: ~launch + 2 trips, ~3 us.
 // Measured on the H200 (2026-12-03): 145.2 us at B = 64 bf16 (27.6% of copy), 216 us fp32,
-// 9.65 us at B = 1: the model above does not hold; profile before the next change (issue 13).
+// 9.65 us at B = 1 -- but for the per-element-A path (kHeadA = false): ncu showed that the
+// benchmark's A was dense (2026-12-04). That path pays an exp and a dtype-dispatched load of A
+// per state element (96 registers, 2 CTAs per SM, one issue per 2.1 cycles per scheduler). The
+// per-head path modelled above has not been timed yet.
 #pragma once
 
 #include <kernels/version.h>
