@@ -1,128 +1,197 @@
-"""A/B of the row kernels against an earlier commit, in one process on the GPU.
+"""A/B of a group's CUDA kernels against an earlier commit, in one process on the GPU.
 
 Sweeps compare runs on different days, whose spread (-6% to +10% for unchanged kernels) hides a
-5% regression; this times the old and the new compiled kernels interleaved on the same inputs:
+5% regression; this times the old and the new compiled kernels interleaved on the same inputs,
+through each benchmark case's own ``cuda`` call:
 
-    python -m shared.bench.ab prepare --base 91b2b59   # here: the old sources into .ab/ (ignored)
-    python -m shared.bench.ab run                      # on the GPU (carry .ab): a table of new/old
+    python -m shared.bench.ab prepare --base 19509e8 --group layernorm   # here: .ab/ (ignored)
+    python -m shared.bench.ab run --group layernorm [--op rmsnorm] [--quick]   # on the GPU
 
-``prepare`` copies the kernels-jit C++ headers and layernorm's ``csrc/`` of the base commit into
-``.ab/old_kernels`` (headers at the package root, so the old sources include them ahead of the
-installed ones); ``run`` builds both versions of the rmsnorm and layernorm modules, checks that
-every op's outputs agree bit for bit, and times rmsnorm, fused_add_rmsnorm and layernorm (bf16)
-under CUDA graphs, 5 interleaved rounds each.
+``prepare`` copies the kernels-jit C++ headers and the group's ``csrc/`` of the base commit into
+``.ab/ab_<group>/`` (headers at the package root, so the old sources include them ahead of the
+installed ones). ``run`` builds the base twin of every compiled module of the group (the same
+spec, read from that copy), then for each case of the group's benchmark suite: checks that base
+and new leave the same bytes in every tensor of identically seeded inputs (the outputs, in-place
+ones included), and times the case's ``cuda`` call under CUDA graphs with the base and the new
+kernels installed in turn (``--rounds`` interleaved rounds, medians; the op's compiled handles
+are swapped and dispatch's selections cleared between rounds). gpu_session.sh runs it with
+``AB="group ..."`` (and ``AB_OPS``); carry ``.ab``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
+import pkgutil
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 AB = ROOT / ".ab"
-SOURCES = {
-    "packages/kernels-jit/src/kernels_jit/include/kernels": "kernels",
-    "packages/kernels-layernorm/src/kernels_layernorm/csrc": "csrc",
-}
-SHAPES = ((1, 4096), (16, 4096), (64, 4096), (64, 7168), (1024, 4096), (8192, 4096),
-          (8192, 7168), (8192, 8192), (32768, 4096), (32768, 8192))  # fmt: skip
-EPS = 1e-6
+HEADERS = "packages/kernels-jit/src/kernels_jit/include/kernels"
+SEED = 1234
 
 
-def prepare(base: str) -> None:
-    package = AB / "old_kernels"
-    for source, target in SOURCES.items():
-        files = subprocess.run(
-            ["git", "ls-tree", "-r", "--name-only", base, source],
-            cwd=ROOT, capture_output=True, text=True, check=True,
-        ).stdout.split()  # fmt: skip
-        for name in files:
-            relative = target if name == source else f"{target}/{Path(name).relative_to(source)}"
-            path = package / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            blob = subprocess.run(
-                ["git", "show", f"{base}:{name}"], cwd=ROOT, capture_output=True, check=True
-            ).stdout
-            path.write_bytes(blob)
-    (package / "__init__.py").write_text(f'"""Sources of {base} for shared.bench.ab."""\n')
-    print(
-        f"prepared {package} from {base}; carry .ab to the GPU, then: python -m shared.bench.ab run"
-    )
+def _package(group: str) -> str:
+    return f"ab_{group}"
 
 
-def _modules():
-    """{"rmsnorm" | "layernorm": (base module, new module)}."""
-    from kernels_jit import ModuleSpec, load_module
-    from kernels_layernorm.ops.layernorm import LAYERNORM_CUDA
-    from kernels_layernorm.ops.rmsnorm import RMSNORM_CUDA
-
-    sys.path.insert(0, str(AB))
-    modules = {}
-    for key, new in (("rmsnorm", RMSNORM_CUDA), ("layernorm", LAYERNORM_CUDA)):
-        base = ModuleSpec(
-            name=f"{new.name}_base", package="old_kernels", sources=new.sources,
-            exports=new.exports,
-        )  # fmt: skip
-        modules[key] = (load_module(base), load_module(new))
-    return modules
+def _group_dir(group: str) -> str:
+    return f"packages/kernels-{group.replace('_', '-')}/src/kernels_{group}/csrc"
 
 
-def run() -> None:
+def _copy_tree(base: str, source: str, target: Path) -> None:
+    files = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", base, source],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    if not files:
+        raise SystemExit(f"{base} has no {source}")
+    for name in files:
+        path = target / Path(name).relative_to(source)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        blob = subprocess.run(["git", "show", f"{base}:{name}"], cwd=ROOT, capture_output=True)
+        path.write_bytes(blob.stdout)
+
+
+def prepare(base: str, groups: list[str]) -> None:
+    for group in groups:
+        package = AB / _package(group)
+        _copy_tree(base, HEADERS, package / "kernels")
+        _copy_tree(base, _group_dir(group), package / "csrc")
+        (package / "__init__.py").write_text(
+            f'"""{group} sources of {base} for shared.bench.ab."""\n'
+        )
+        print(f"prepared {package} from {base}")
+    print("carry .ab to the GPU, then: python -m shared.bench.ab run --group <group>")
+
+
+def compiled_functions(group: str) -> list:
+    """Every CompiledFunction of the group's op modules (``kernels_<group>.ops.*``)."""
+    from kernels_jit.loader import CompiledFunction
+
+    ops = importlib.import_module(f"kernels_{group}.ops")
+    found = []
+    for info in pkgutil.iter_modules(ops.__path__):
+        module = importlib.import_module(f"{ops.__name__}.{info.name}")
+        found += [v for v in vars(module).values() if isinstance(v, CompiledFunction)]
+    return found
+
+
+class Kernels:
+    """The group's compiled handles, switchable between the base and the new build."""
+
+    def __init__(self, group: str):
+        from kernels_jit import load_module
+
+        sys.path.insert(0, str(AB))
+        self.handles = compiled_functions(group)
+        self.builds: dict[str, list] = {"base": [], "new": []}
+        for cf in self.handles:
+            twin = dataclasses.replace(
+                cf.spec, name=f"{cf.spec.name}_base", package=_package(group)
+            )
+            self.builds["base"].append(getattr(load_module(twin), cf.export))
+            self.builds["new"].append(cf.resolve())
+
+    def use(self, which: str) -> None:
+        from kernels_jit import dispatch
+
+        for cf, fn in zip(self.handles, self.builds[which], strict=True):
+            cf._fn = fn
+        dispatch.clear_caches()
+
+
+def _tensors(value: Any, seen: set[int] | None = None) -> Iterator:
+    """Every tensor reachable from an input set or a result (containers and object fields)."""
     import torch
 
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v, seen)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v, seen)
+    elif hasattr(value, "__dict__"):
+        yield from _tensors(vars(value), seen)
+
+
+def same_bytes(case, kernels: Kernels) -> bool:
+    """Base and new on identically seeded inputs leave the same bytes everywhere."""
+    import torch
+
+    states = []
+    for which in ("base", "new"):
+        kernels.use(which)
+        torch.manual_seed(SEED)
+        inputs = case.make_inputs()
+        result = case.impls["cuda"](inputs)
+        torch.cuda.synchronize()
+        states.append(
+            [t.detach().contiguous().view(torch.uint8) for t in _tensors((inputs, result))]
+        )
+    return len(states[0]) == len(states[1]) and all(
+        a.shape == b.shape and torch.equal(a, b) for a, b in zip(*states, strict=True)
+    )
+
+
+def run(groups: list[str], ops: list[str] | None, quick: bool, rounds: int) -> None:
     from shared.bench.harness import sets_needed, time_graph
 
-    modules = _modules()
-    rms, ln = modules["rmsnorm"], modules["layernorm"]
-    # op: (module pair, call on one input set (x, residual, out, weight, bias), arrays moved)
-    calls = {
-        "rmsnorm": (rms, lambda m, s: m.rmsnorm(s[2], s[0], s[3], EPS, -1), 2),
-        "fused_add_rmsnorm": (rms, lambda m, s: m.fused_add_rmsnorm(s[0], s[1], s[3], EPS, -1), 4),
-        "layernorm": (ln, lambda m, s: m.layernorm(s[2], s[0], s[3], s[4], EPS, -1), 2),
-    }
-    print(
-        "| op | shape | base us | new us | new/base | spread base/new |\n|---|---|---|---|---|---|"
-    )
-    for tokens, hidden in SHAPES:
-        w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn_like(w)
-
-        def make(t=tokens, h=hidden, w=w, b=b):
-            x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
-            return x, torch.randn_like(x), torch.empty_like(x), w, b
-
-        for op, ((old, new), call, arrays) in calls.items():
-            first = make()
-            runs = [tuple(t.clone() for t in first) for _ in range(2)]
-            call(old, runs[0])
-            call(new, runs[1])
-            if not all(torch.equal(a, c) for a, c in zip(*runs, strict=True)):
-                print(f"{op} {tokens}x{hidden}: outputs differ from the base", flush=True)
-            sets = [make() for _ in range(sets_needed(arrays * tokens * hidden * 2))]
+    print("| op | shape | dtype | base us | new us | new/base | spread base/new | same bytes |")
+    print("|---|---|---|---|---|---|---|---|")
+    for group in groups:
+        kernels = Kernels(group)
+        suite = importlib.import_module(f"shared.bench.suites.{group}")
+        for case in suite.cases(quick):
+            if "cuda" not in case.impls or (ops and not case.op.startswith(tuple(ops))):
+                continue
+            same = same_bytes(case, kernels)
+            sets = [case.make_inputs() for _ in range(sets_needed(case.bytes))]
             times: dict[str, list[float]] = {"base": [], "new": []}
-            for _ in range(5):
-                times["base"].append(time_graph(lambda s, m=old, f=call: f(m, s), sets))
-                times["new"].append(time_graph(lambda s, m=new, f=call: f(m, s), sets))
+            for _ in range(rounds):
+                for which, timed in times.items():
+                    kernels.use(which)
+                    timed.append(time_graph(case.impls["cuda"], sets))
             med = {k: statistics.median(v) for k, v in times.items()}
             spread = "/".join(f"{(max(v) - min(v)) / med[k]:.2f}" for k, v in times.items())
             print(
-                f"| {op} | {tokens}x{hidden} | {med['base']:.2f} | {med['new']:.2f} | "
-                f"{med['new'] / med['base']:.3f} | {spread} |",
+                f"| {case.op} | {case.shape} | {str(case.dtype).removeprefix('torch.')} | "
+                f"{med['base']:.2f} | {med['new']:.2f} | {med['new'] / med['base']:.3f} | "
+                f"{spread} | {'yes' if same else '**no**'} |",
                 flush=True,
             )
             del sets
+        kernels.use("new")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("prepare").add_argument("--base", required=True, help="the earlier commit")
-    sub.add_parser("run")
+    prep = sub.add_parser("prepare", help="copy the base commit's sources into .ab/")
+    prep.add_argument("--base", required=True, help="the earlier commit")
+    prep.add_argument("--group", action="append", required=True)
+    go = sub.add_parser("run", help="time base and new interleaved (on the GPU)")
+    go.add_argument("--group", action="append", required=True)
+    go.add_argument("--op", action="append", help="only ops whose name starts with this")
+    go.add_argument("--quick", action="store_true", help="the suite's quick grid")
+    go.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    prepare(args.base) if args.command == "prepare" else run()
+    if args.command == "prepare":
+        prepare(args.base, args.group)
+    else:
+        run(args.group, args.op, args.quick, args.rounds)
     return 0
 
 

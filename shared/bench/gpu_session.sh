@@ -36,8 +36,9 @@
 # (shared/bench/profile_op.py: the suite's own inputs and call, no CUDA graph) with the sections
 # that say why a kernel is short of bandwidth; reports land in profile-<n>.txt.
 #
-# AB=1 runs `python -m shared.bench.ab run` (the row kernels of .ab/old_kernels, prepared here
-# with `python -m shared.bench.ab prepare --base <rev>` and carried, against the tree's; ab.log).
+# AB="group ..." [AB_OPS="op ..."] runs `python -m shared.bench.ab run` (each group's CUDA kernels
+# of .ab/ab_<group>, prepared here with `python -m shared.bench.ab prepare --base <rev> --group
+# <group>` and carried, timed interleaved against the tree's through the suite's cases; ab.log).
 #
 # Carried wheels (apache-tvm-ffi, liger-kernel for cp312) in .whl/ are installed first.
 set -uo pipefail
@@ -101,7 +102,11 @@ if [ -n "${CHECK:-}" ]; then
   status=$((status | PIPESTATUS[0]))
 fi
 if [ -n "${AB:-}" ]; then
-  python3 -m shared.bench.ab run 2>&1 | tee "$RESULTS/ab.log" | tail -40
+  args=()
+  for g in $AB; do args+=(--group "$g"); done
+  for o in ${AB_OPS:-}; do args+=(--op "$o"); done
+  [ -n "${QUICK:-}" ] && args+=(--quick)
+  python3 -m shared.bench.ab run "${args[@]}" 2>&1 | tee "$RESULTS/ab.log" | tail -60
   status=$((status | PIPESTATUS[0]))
 fi
 n=0
