@@ -88,16 +88,24 @@ class Kernels:
 
     def __init__(self, group: str):
         from kernels_jit import load_module
+        from kernels_jit.aot import precompile
 
         sys.path.insert(0, str(AB))
         self.handles = compiled_functions(group)
-        self.builds: dict[str, list] = {"base": [], "new": []}
-        for cf in self.handles:
-            twin = dataclasses.replace(
-                cf.spec, name=f"{cf.spec.name}_base", package=_package(group)
-            )
-            self.builds["base"].append(getattr(load_module(twin), cf.export))
-            self.builds["new"].append(cf.resolve())
+        twins = [
+            dataclasses.replace(cf.spec, name=f"{cf.spec.name}_base", package=_package(group))
+            for cf in self.handles
+        ]
+        # Both builds of every module in parallel first (gemm's CUTLASS modules take a minute
+        # each), then loaded one by one from the cache.
+        precompile(list(dict.fromkeys([*(cf.spec for cf in self.handles), *twins])))
+        self.builds: dict[str, list] = {
+            "base": [
+                getattr(load_module(t), cf.export)
+                for cf, t in zip(self.handles, twins, strict=True)
+            ],
+            "new": [cf.resolve() for cf in self.handles],
+        }
 
     def use(self, which: str) -> None:
         from kernels_jit import dispatch
