@@ -71,27 +71,36 @@ def prepare(base: str, groups: list[str]) -> None:
     print("carry .ab to the GPU, then: python -m shared.bench.ab run --group <group>")
 
 
-def compiled_functions(group: str) -> list:
-    """Every CompiledFunction of the group's op modules (``kernels_<group>.ops.*``)."""
+def compiled_functions(group: str, ops: list[str] | None = None) -> list:
+    """Every CompiledFunction of the group's op modules (``kernels_<group>.ops.<op>``), or of
+    those whose op name starts with one of ``ops`` (so that only their modules are built)."""
     from kernels_jit.loader import CompiledFunction
 
-    ops = importlib.import_module(f"kernels_{group}.ops")
+    package = importlib.import_module(f"kernels_{group}.ops")
     found = []
-    for info in pkgutil.iter_modules(ops.__path__):
-        module = importlib.import_module(f"{ops.__name__}.{info.name}")
-        found += [v for v in vars(module).values() if isinstance(v, CompiledFunction)]
-    return found
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for v in vars(module).values():
+            # an op file may hold several ops (rmsnorm.py): match the file or the export
+            names = (info.name, getattr(v, "export", ""))
+            if isinstance(v, CompiledFunction) and (
+                not ops or any(n.startswith(tuple(ops)) for n in names)
+            ):
+                found.append(v)
+    if not found:
+        raise SystemExit(f"shared.bench.ab: no compiled kernel of {group} matches {ops}")
+    return list(dict.fromkeys(found))
 
 
 class Kernels:
     """The group's compiled handles, switchable between the base and the new build."""
 
-    def __init__(self, group: str):
+    def __init__(self, group: str, ops: list[str] | None = None):
         from kernels_jit import load_module
         from kernels_jit.aot import precompile
 
         sys.path.insert(0, str(AB))
-        self.handles = compiled_functions(group)
+        self.handles = compiled_functions(group, ops)
         twins = [
             dataclasses.replace(cf.spec, name=f"{cf.spec.name}_base", package=_package(group))
             for cf in self.handles
@@ -160,7 +169,7 @@ def run(groups: list[str], ops: list[str] | None, quick: bool, rounds: int) -> N
     print("| op | shape | dtype | base us | new us | new/base | spread base/new | same bytes |")
     print("|---|---|---|---|---|---|---|---|")
     for group in groups:
-        kernels = Kernels(group)
+        kernels = Kernels(group, ops)
         suite = importlib.import_module(f"shared.bench.suites.{group}")
         for case in suite.cases(quick):
             if "cuda" not in case.impls or (ops and not case.op.startswith(tuple(ops))):

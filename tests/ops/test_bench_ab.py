@@ -22,6 +22,12 @@ def test_every_compiled_handle_of_a_group_is_found():
     handles = ab.compiled_functions("layernorm")
     assert handles and all(isinstance(h, CompiledFunction) for h in handles)
     assert {h.export for h in handles} >= {"rmsnorm", "fused_add_rmsnorm", "layernorm"}
+    only = ab.compiled_functions("layernorm", ["layernorm"])
+    assert {h.export for h in only} == {"layernorm"}
+    fused = ab.compiled_functions("layernorm", ["fused_add"])  # an export of ops/rmsnorm.py
+    assert {h.export for h in fused} == {"fused_add_rmsnorm"}
+    with pytest.raises(SystemExit, match="no compiled kernel"):
+        ab.compiled_functions("layernorm", ["nonsense"])
 
 
 def test_kernels_switch_every_handle_between_base_and_new(monkeypatch):
