@@ -55,7 +55,9 @@ def _copy_tree(base: str, source: str, target: Path) -> None:
     for name in files:
         path = target / Path(name).relative_to(source)
         path.parent.mkdir(parents=True, exist_ok=True)
-        blob = subprocess.run(["git", "show", f"{base}:{name}"], cwd=ROOT, capture_output=True)
+        blob = subprocess.run(
+            ["git", "show", f"{base}:{name}"], cwd=ROOT, capture_output=True, check=True
+        )
         path.write_bytes(blob.stdout)
 
 
@@ -156,7 +158,10 @@ def same_bytes(case, kernels: Kernels) -> bool:
         result = case.impls["cuda"](inputs)
         torch.cuda.synchronize()
         states.append(
-            [t.detach().contiguous().view(torch.uint8) for t in _tensors((inputs, result))]
+            [
+                t.detach().contiguous().reshape(-1).view(torch.uint8)
+                for t in _tensors((inputs, result))
+            ]
         )
     return len(states[0]) == len(states[1]) and all(
         a.shape == b.shape and torch.equal(a, b) for a, b in zip(*states, strict=True)

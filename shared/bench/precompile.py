@@ -22,14 +22,12 @@ hits all 9), so the benchmark found none of them.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import os
 import subprocess
 import sys
-import tempfile
 import time
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import torch
 
@@ -99,40 +97,29 @@ def main(argv: list[str] | None = None) -> int:
     common = ["--static-compile", args.static_compile] + (["--quick"] if args.quick else [])
     for op in args.op or []:
         common += ["--op", op]
+
+    def run_job(group: str, job: list[int]) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "shared.bench.precompile", "--group", group, *common]
+        return subprocess.run(
+            [*cmd, "--job", ",".join(map(str, job))],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False,
+        )  # fmt: skip
+
     failed = 0
-    # (group, process, its output file): a file, not a pipe, so that a job's compile logs can
-    # never fill a pipe nobody reads while this loop waits for a free slot.
-    running: list[tuple[str, subprocess.Popen, Any]] = []
-
-    def reap(proc_group: str, proc: subprocess.Popen, log) -> int:
-        proc.wait()
-        log.seek(0)
-        out = log.read()
-        for line in out.splitlines():
-            if line.startswith("precompiled "):
-                print(line, flush=True)
-        if proc.returncode != 0:  # the benchmark then compiles those graphs itself
-            print(f"precompile {proc_group} failed (exit {proc.returncode}): {out[-2000:]}")
-            return 1
-        return 0
-
-    with contextlib.ExitStack() as logs:
-        for group, job in work:
-            while len(running) >= args.jobs:
-                finished = [r for r in running if r[1].poll() is not None]
-                if not finished:
-                    time.sleep(0.5)
-                    continue
-                for r in finished:
-                    running.remove(r)
-                    failed += reap(*r)
-            cmd = [sys.executable, "-m", "shared.bench.precompile", "--group", group, *common]
-            cmd += ["--job", ",".join(map(str, job))]
-            log = logs.enter_context(tempfile.TemporaryFile("w+"))
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
-            running.append((group, proc, log))
-        for r in running:
-            failed += reap(*r)
+    # Threads only wait on the job processes (subprocess.run drains their output as it comes).
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(run_job, group, job): group for group, job in work}
+        for future in as_completed(futures):
+            done = future.result()
+            for line in done.stdout.splitlines():
+                if line.startswith("precompiled "):
+                    print(line, flush=True)
+            if done.returncode != 0:  # the benchmark then compiles those graphs itself
+                failed += 1
+                print(
+                    f"precompile {futures[future]} failed (exit {done.returncode}): "
+                    f"{done.stdout[-2000:]}"
+                )
     return 1 if failed else 0
 
 

@@ -52,15 +52,15 @@ __device__ __forceinline__ int64_t load_index(const void* p, int64_t i, bool is6
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
-// silu with the fast intrinsics (MUFU.EX2 + MUFU.RCP, ~2 ulp): for 16-bit outputs, where the
-// rounding to 7 or 10 mantissa bits dominates. -v past 88: exp -> inf and v / inf -> 0, the limit;
-// v past 87: exp(-v) flushes to 0 and y = v.
 // 2^x flushing denormal results to 0 (MUFU.EX2 without the denormal fix-up of __expf).
 __device__ __forceinline__ float ex2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+// silu with the fast intrinsics (MUFU.EX2 + MUFU.RCP, ~2 ulp): for 16-bit outputs, where the
+// rounding to 7 or 10 mantissa bits dominates. -v past 88: exp -> inf and v / inf -> 0, the limit;
+// v past 87: exp(-v) flushes to 0 and y = v.
 __device__ __forceinline__ float silu_fast(float v) {
   return __fdividef(v, 1.0f + ex2_ftz(v * -1.4426950408889634f));
 }
