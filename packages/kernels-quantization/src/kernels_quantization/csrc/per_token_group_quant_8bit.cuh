@@ -2,29 +2,35 @@
 // the last dim, a = max(eps, absmax), s = a / qmax (qmax 448 for fp8 e4m3, 127 for int8; rounded
 // up to a power of two from the fp32 bits when ue8m0), q = cvt(x / s).
 //
-// Layout. A team of `tpg` lanes (a power of two <= 32: 16 for bf16 and group 128) owns a chunk of
-// groups of one row. Each lane loads its 16-byte vectors of the chunk's groups at once, reduces
-// each group's absmax with xor shuffles inside the team (fixed unrolled steps: 4 for 16 lanes),
-// and writes its fp8/int8 packs (8 bytes per bf16 vector: 128 contiguous bytes per team and
-// group). Lane 0 of the team writes the scales through the scale view's strides (row-major,
-// column-major, TMA-aligned: one kernel for all three), or the int32 word of four UE8M0 exponent
-// bytes (packed layout, bytes of groups >= G zero). Chunks are numbered row-major, or rows
-// fastest when the scales are column-major (a block's scale stores are then contiguous).
-// Two launch plans:
-//   - throughput: chunks of 4 groups (bf16, group 128: 4 x 16 B in flight per lane), 256-thread
-//     blocks, a grid-stride loop over at most one wave of resident blocks, trimmed so that every
-//     block runs the same number of steps (no stream of tens of thousands of short blocks, and
-//     PDL's two instructions once per block instead of once per 64 groups);
-//   - decode (team threads <= 1024 per SM, vector rows, not packed): one group per team, one
-//     16-byte load per lane, 128-thread blocks: T = 1 x 7168 is 7 blocks of 8 groups on 7 SMs
-//     instead of one block doing all 56 groups, so each lane's serial work is 8 elements.
+// Layout (vector rows). A group is cut into pieces of 16 consecutive elements (two 16-byte loads
+// for bf16/fp16, four for fp32); each piece's 16 fp8/int8 codes go out with one 16-byte store
+// (8- or 4-byte stores where q's rows are not 16-byte aligned). A team of tpg lanes owns a
+// group, lane l holding pieces l, l + tpg, ... in registers: bf16 g128 in the throughput plan is
+// 4 lanes x 2 pieces (4 x 16 B of loads in flight per lane, all issued before the first maximum;
+// 2 xor-shuffle steps for the group's absmax), in the decode plan 8 lanes x 1 piece. The absmax
+// of 16-bit inputs stays in 16-bit form (one AND and half a VIMNMX3.U16x2 per two elements) and
+// the division is Div's fast path alone (the group's own scale bounds every quotient, see
+// quant::Q8::quantize_bounded): ~12 instructions per element all in, against ~18 in the kernel
+// this replaced (per-element overflow checks and branches, 8 elements per lane to amortise each
+// group's scale), whose issue slots, not bytes in flight, were the limit at 8192 x 7168.
+// Lane 0 of the team writes the scale through the scale view's strides (row-major, column-major,
+// TMA-aligned: one kernel for all three), or, packed, its UE8M0 byte of the int32 word (a byte
+// store; the team of the row's last group also zeroes the word's bytes of groups >= G).
+// Groups are numbered row-major, or rows fastest when the scales are column-major (consecutive
+// teams then write consecutive scales); each warp takes kU x (32 / tpg) consecutive groups.
+// Launch plans, one-shot blocks (no grid-stride loop: the shape of the static per-tensor kernel,
+// 92% of copy at 8192 x 7168):
+//   - throughput: 256-thread blocks, bf16 g128: 64 groups (16 KB of x) per block;
+//   - decode (team threads <= 1024 per SM): 128-thread blocks, one piece per lane, so that small
+//     problems spread over as many SMs as possible (T = 1 x 7168: 56 groups x 8 lanes, 4 blocks).
 // Optional modes: fuse_silu_and_mul (x [..., 2K]: each lane also loads x2, K elements on, and
 // quantizes silu(x1) * x2 computed in fp32 and rounded to T, as an unfused silu_and_mul writes
 // it) and masked rows (x [E, T_pad, K]: a team whose row has t >= masked_m[e], read on the
 // device after the PDL wait, skips its loads and stores).
 // Rows: the leading dims of x, q and s merged into (outer, inner) levels (kernels::row_layout),
 // so row-strided and 3-D views run in place. The scalar form (kN = 1) serves inputs whose rows
-// are not in whole 16-byte vectors (misaligned views): 32 lanes per group, up to 8 elements each.
+// are not in whole 16-byte vectors (misaligned views): min(group, 32) lanes per group, the
+// elements interleaved (coalesced scalar accesses), up to 8 per lane.
 #pragma once
 
 #include <kernels/version.h>
@@ -43,16 +49,18 @@ KERNELS_REQUIRE_HEADERS_API(2);
 
 namespace per_token_group_quant_8bit_detail {
 
-// Launch plans (see launch()): a throughput plan of 256-thread blocks whose teams take chunks
-// of 4 groups in a grid-stride loop over ~1 wave of resident blocks, and a decode plan (small
-// problems) of 128-thread blocks whose teams take one group each, spread over as many SMs as
-// possible.
 constexpr int kBlock = 256;
 constexpr int kDecodeBlock = 128;
-constexpr int kChunk = 4;        // groups per team and step, throughput plan
-constexpr int kDecodeChunk = 1;  // decode plan
+// Elements of a piece on the vector path: one 16-byte store of codes.
+constexpr int kLaneElems = 16;
+// Pieces per lane and group in the throughput plan (bf16 g128: 4 lanes x 2 pieces, 4 x 16 B of
+// loads in flight per lane; fp32: 8 x 16 B).
+constexpr int kMaxPieces = 2;
+// Scalar (misaligned) form: up to 8 elements per lane and group, 4 groups per team.
+constexpr int kScalarElems = 8;
+constexpr int kScalarGroups = 4;
 // The decode plan serves problems of at most this many team threads per SM (half the 2048 an SM
-// holds): all of them resident at once, each lane one 16-byte load.
+// holds): all of them resident at once.
 constexpr int kDecodeThreadsPerSm = 1024;
 
 struct Params {
@@ -60,18 +68,17 @@ struct Params {
   uint8_t* q;
   void* s;  // float, or int32 words when packed
   kernels::RowMap x_map, q_map, s_map;
-  uint32_t inner;
+  kernels::FastDivmod inner_div;  // rows -> (outer, inner) of the maps
   int64_t s_group_stride;  // elements of s between consecutive groups (packed: words)
-  // Work item (a chunk of `chunk` groups of one row) -> (row, chunk): chunk-major over rows when
-  // the scales are column-major (the teams of a block then write the scales of consecutive rows),
-  // row-major otherwise.
-  kernels::FastDivmod split;  // by chunks per row, or by rows when rows_fast
+  // Group number -> (row, group): row-major, or rows fastest when the scales are column-major.
+  kernels::FastDivmod split;  // by G, or by rows when rows_fast
   bool rows_fast;
-  uint32_t items;  // rows * chunks per row
+  uint32_t items;  // rows * G
   int group;       // elements per group
   int groups;      // G
-  int tpg, tpg_shift;
-  int vpt;         // accesses per lane and group (<= kMaxVPG)
+  int tpg, tpg_shift;  // lanes per group (a power of two <= 32)
+  int ppl;             // pieces per lane and group used (<= kP)
+  bool q16;        // q's rows (and so every group) 16-byte aligned: 16-byte code stores
   int64_t half;    // fuse_silu_and_mul: elements from x1 to x2 (K); 0 otherwise
   // Masked EP layout: rows are (expert, token) with t_pad tokens per expert; rows with
   // token >= masked_m[expert] are skipped (nullptr: no mask).
@@ -99,188 +106,205 @@ __device__ __forceinline__ void silu_mul(kernels::Pack<T, kN>& a, const kernels:
   a.pack(fa);
 }
 
-template <typename T, int kN, int kMaxVPG, int kGroups, int kThreads, bool kInt8, bool kFused>
+// Element offset of row `row` in a tensor with row map m (rows split by `inner`, see
+// kernels::row_layout): the division once per row for x, q and s together.
+struct RowPos {
+  uint32_t outer, inner;
+  __device__ __forceinline__ RowPos(uint32_t row, const kernels::FastDivmod& inner_div) {
+    inner_div.divmod(row, outer, inner);
+  }
+  __device__ __forceinline__ int64_t offset(const kernels::RowMap& m) const {
+    return static_cast<int64_t>(outer) * m.s0 + static_cast<int64_t>(inner) * m.s1;
+  }
+};
+
+// kN: elements per access (a 16-byte vector, or 1: the scalar form); kA: accesses per piece (the
+// vector form: kLaneElems / kN; the scalar form: 1); kP: pieces per lane and group (at most; p.ppl
+// used); kU: groups per team.
+//   vector: piece i of a group = its elements [16 i, 16 i + 16); lane l of the team holds pieces
+//     l, l + tpg, ... (each warp-wide access is tpg-lane runs of 16-byte loads, 32 bytes apart,
+//     the next access filling the gaps) and stores each as one 16-byte word of codes;
+//   scalar: lane l holds elements l, l + tpg, ... (coalesced 2/4-byte accesses), one byte stores.
+template <typename T, int kN, int kA, int kP, int kU, int kThreads, bool kInt8, bool kFused>
 __global__ void __launch_bounds__(kThreads) group_kernel(bool pdl, const __grid_constant__ Params p) {
   using P = kernels::Pack<T, kN>;
-  constexpr int kFusedVPG = kFused ? kMaxVPG : 1;
-  const int lane = static_cast<int>(threadIdx.x) & (p.tpg - 1);
-  const uint32_t teams = static_cast<uint32_t>(kThreads) >> p.tpg_shift;
-  const uint32_t local = threadIdx.x >> p.tpg_shift;
+  constexpr bool kVector = kN > 1;
+  constexpr int kPieceElems = kA * kN;
+  static_assert(!kVector || kPieceElems == kLaneElems, "16-element pieces on the vector path");
+  static_assert(kVector || kA == 1, "one element per piece on the scalar path");
+  const int tpg = p.tpg;
+  const int lane = static_cast<int>(threadIdx.x) & (tpg - 1);
+  const uint32_t tpw = 32u >> p.tpg_shift;  // teams per warp
+  const uint32_t warp = blockIdx.x * static_cast<uint32_t>(kThreads / 32) + (threadIdx.x >> 5);
+  const uint32_t first = warp * kU * tpw + ((threadIdx.x & 31u) >> p.tpg_shift);
 
   if (pdl) kernels::pdl_wait();
-  bool signalled = !pdl;
-  // Block-uniform loop: every lane of a warp runs the same steps (the shuffles need them all).
-  for (uint32_t base = blockIdx.x * teams; base < p.items; base += gridDim.x * teams) {
-    const uint32_t team = base + local;
-    bool valid = team < p.items;
-    uint32_t row = 0, chunk = 0;
-    if (valid) {
+  bool valid[kU];
+  uint32_t row[kU], grp[kU];
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const uint32_t item = first + u * tpw;
+    valid[u] = item < p.items;
+    row[u] = 0;
+    grp[u] = 0;
+    if (valid[u]) {
       uint32_t hi, lo;
-      p.split.divmod(team, hi, lo);
-      row = p.rows_fast ? lo : hi;
-      chunk = p.rows_fast ? hi : lo;
+      p.split.divmod(item, hi, lo);
+      row[u] = p.rows_fast ? lo : hi;
+      grp[u] = p.rows_fast ? hi : lo;
       if (p.masked_m != nullptr) {
         uint32_t expert, token;
-        p.t_pad.divmod(row, expert, token);
-        valid = static_cast<int>(token) < p.masked_m[expert];
+        p.t_pad.divmod(row[u], expert, token);
+        valid[u] = static_cast<int>(token) < __ldg(p.masked_m + expert);
       }
     }
-    const int first = static_cast<int>(chunk) * kGroups;
-    const int count = valid ? min(kGroups, p.groups - first) : 0;
-    const T* x = static_cast<const T*>(p.x) + rowwise::row_offset(p.x_map, row, p.inner) +
-                 static_cast<int64_t>(first) * p.group;
-
-    P v[kGroups][kMaxVPG];
-    P w[kGroups][kFusedVPG];  // x2 of fuse_silu_and_mul
+  }
+  // Element offset of access a of piece j of this lane inside its group.
+  const auto offset = [&](int j, int a) { return (lane + j * tpg) * kPieceElems + a * kN; };
+  P v[kU][kP][kA];
+  P w[kU][kFused ? kP : 1][kFused ? kA : 1];  // x2 of fuse_silu_and_mul
 #pragma unroll
-    for (int u = 0; u < kGroups; ++u) {
+  for (int u = 0; u < kU; ++u) {
+    const RowPos pos(row[u], p.inner_div);
+    const T* x = static_cast<const T*>(p.x) + pos.offset(p.x_map) +
+                 static_cast<int64_t>(grp[u]) * p.group;
 #pragma unroll
-      for (int j = 0; j < kMaxVPG; ++j) {
-        const T* src = x + u * p.group + (lane + j * p.tpg) * kN;
-        if (u < count && j < p.vpt) {
-          v[u][j].load_stream(src);
-          if constexpr (kFused) w[u][j].load_stream(src + p.half);
+    for (int j = 0; j < kP; ++j) {
+#pragma unroll
+      for (int a = 0; a < kA; ++a) {
+        if (valid[u] && j < p.ppl) {
+          v[u][j][a].load_stream(x + offset(j, a));
+          if constexpr (kFused) w[u][j][a].load_stream(x + offset(j, a) + p.half);
         } else {
-          v[u][j].zero();
-          if constexpr (kFused) w[u][j].zero();
-        }
-      }
-    }
-    if constexpr (kFused) {
-#pragma unroll
-      for (int u = 0; u < kGroups; ++u)
-#pragma unroll
-        for (int j = 0; j < kMaxVPG; ++j) silu_mul(v[u][j], w[u][j]);
-    }
-    uint32_t m[kGroups];
-#pragma unroll
-    for (int u = 0; u < kGroups; ++u) {
-      m[u] = 0;
-#pragma unroll
-      for (int j = 0; j < kMaxVPG; ++j) {
-        float f[kN];
-        v[u][j].unpack(f);
-        m[u] = quant::absmax_bits(f, m[u]);
-      }
-    }
-    // Team maximum: fixed xor steps (unrolled), those at or above the team width skipped
-    // (uniform branches).
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      if (offset < p.tpg) {
-#pragma unroll
-        for (int u = 0; u < kGroups; ++u)
-          m[u] = max(m[u], __shfl_xor_sync(0xffffffffu, m[u], offset));
-      }
-    }
-    if (!signalled) {
-      kernels::pdl_launch_dependents();
-      signalled = true;
-    }
-    if (count == 0) continue;
-    float s[kGroups];
-#pragma unroll
-    for (int u = 0; u < kGroups; ++u) {
-      s[u] = quant::dynamic_scale(m[u], p.eps, p.qmax);
-      if (p.ue8m0) s[u] = quant::ue8m0_round_up(s[u]);
-    }
-    if (lane == 0) {
-      const int64_t sbase = rowwise::row_offset(p.s_map, row, p.inner);
-      if (p.packed) {
-        // Word j holds groups 4j..4j+3: the chunks are whole words (kGroups 4), or one byte of
-        // a word (kGroups 1; the decode plan does not serve packed scales).
-        uint32_t word = 0;
-#pragma unroll
-        for (int u = 0; u < kGroups; ++u)
-          if (u < count) word |= quant::ue8m0_byte(s[u]) << (8 * u);
-        static_cast<uint32_t*>(p.s)[sbase + static_cast<int64_t>(chunk) * p.s_group_stride] =
-            word;
-      } else {
-        float* out = static_cast<float*>(p.s) + sbase;
-#pragma unroll
-        for (int u = 0; u < kGroups; ++u)
-          if (u < count) out[static_cast<int64_t>(first + u) * p.s_group_stride] = s[u];
-      }
-    }
-    uint8_t* q = p.q + rowwise::row_offset(p.q_map, row, p.inner) +
-                 static_cast<int64_t>(first) * p.group;
-#pragma unroll
-    for (int u = 0; u < kGroups; ++u) {
-      const quant::Div div(s[u]);
-#pragma unroll
-      for (int j = 0; j < kMaxVPG; ++j) {
-        if (u < count && j < p.vpt) {
-          float f[kN];
-          v[u][j].unpack(f);
-          quant::Q8<kN> out;
-          out.template quantize<kInt8>(f, div);
-          out.store_stream(q + u * p.group + (lane + j * p.tpg) * kN);
+          v[u][j][a].zero();
+          if constexpr (kFused) w[u][j][a].zero();
         }
       }
     }
   }
-  if (!signalled) kernels::pdl_launch_dependents();
+  if constexpr (kFused) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int j = 0; j < kP; ++j)
+#pragma unroll
+        for (int a = 0; a < kA; ++a) silu_mul(v[u][j][a], w[u][j][a]);
+  }
+  uint32_t m[kU];
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    quant::Absmax<T, kN> am;
+#pragma unroll
+    for (int j = 0; j < kP; ++j)
+#pragma unroll
+      for (int a = 0; a < kA; ++a) am.add(v[u][j][a]);
+    m[u] = am.bits();
+  }
+  // Team maximum: fixed xor steps (unrolled), those at or above the team width skipped
+  // (uniform branches).
+#pragma unroll
+  for (int step = 16; step > 0; step >>= 1) {
+    if (step < tpg) {
+#pragma unroll
+      for (int u = 0; u < kU; ++u) m[u] = max(m[u], __shfl_xor_sync(0xffffffffu, m[u], step));
+    }
+  }
+  if (pdl) kernels::pdl_launch_dependents();
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    if (!valid[u]) continue;
+    float s = quant::dynamic_scale(m[u], p.eps, p.qmax);
+    if (p.ue8m0) s = quant::ue8m0_round_up(s);
+    const int g = static_cast<int>(grp[u]);
+    const RowPos pos(row[u], p.inner_div);
+    if (lane == 0) {
+      const int64_t sbase = pos.offset(p.s_map);
+      if (p.packed) {
+        // Byte g % 4 of word g / 4 (little-endian); the row's last group zeroes the bytes of
+        // the groups >= G of its word.
+        uint8_t* b = static_cast<uint8_t*>(p.s) +
+                     4 * (sbase + static_cast<int64_t>(g >> 2) * p.s_group_stride) + (g & 3);
+        b[0] = static_cast<uint8_t>(quant::ue8m0_byte(s));
+        if (g == p.groups - 1) {
+          if ((g & 3) < 3) b[1] = 0;
+          if ((g & 3) < 2) b[2] = 0;
+          if ((g & 3) < 1) b[3] = 0;
+        }
+      } else {
+        static_cast<float*>(p.s)[sbase + static_cast<int64_t>(g) * p.s_group_stride] = s;
+      }
+    }
+    const quant::Div div(s);
+    uint8_t* q = p.q + pos.offset(p.q_map) + static_cast<int64_t>(g) * p.group;
+#pragma unroll
+    for (int j = 0; j < kP; ++j) {
+      if (j >= p.ppl) break;
+      float f[kPieceElems];
+#pragma unroll
+      for (int a = 0; a < kA; ++a) {
+        float part[kN];
+        v[u][j][a].unpack(part);
+#pragma unroll
+        for (int k = 0; k < kN; ++k) f[a * kN + k] = part[k];
+      }
+      quant::Q8<kPieceElems> out;
+      out.template quantize_bounded<kInt8>(f, div);
+      uint8_t* dst = q + offset(j, 0);
+      if constexpr (!kVector) {
+        out.store(dst);
+      } else if (p.q16) {
+        out.store_stream(dst);
+      } else {
+        // kN-byte stores (q's rows only kN-byte aligned).
+#pragma unroll
+        for (int a = 0; a < kA; ++a) {
+          if constexpr (kN == 8) {
+            __stcs(reinterpret_cast<uint2*>(dst + a * kN),
+                   make_uint2(out.w[2 * a], out.w[2 * a + 1]));
+          } else {
+            __stcs(reinterpret_cast<unsigned int*>(dst + a * kN), out.w[a]);
+          }
+        }
+      }
+    }
+  }
 }
 
-// Resident blocks of `kernel` per SM, cached per kernel (the occupancy query runs once each).
-inline int blocks_per_sm(void (*kernel)(bool, Params), int threads) {
-  static void (*keys[32])(bool, Params) = {};
-  static int values[32] = {};
-  for (int i = 0; i < 32; ++i) {
-    if (keys[i] == kernel) return values[i];
-    if (keys[i] != nullptr) continue;
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) != cudaSuccess) {
-      cudaGetLastError();
-      n = 0;
-    }
-    keys[i] = kernel;
-    values[i] = n > 0 ? n : 1;
-    return values[i];
-  }
-  return 1;
+template <typename T, int kN, int kA, int kP, int kU, int kThreads, bool kInt8, bool kFused>
+inline void launch_plan(const kernels::Launch& ctx, const Params& p) {
+  const unsigned groups_per_block = static_cast<unsigned>(kThreads / p.tpg * kU);
+  kernels::launch(ctx, group_kernel<T, kN, kA, kP, kU, kThreads, kInt8, kFused>,
+                  kernels::ceil_div(p.items, groups_per_block), kThreads, p);
 }
 
 template <typename T, bool kInt8, bool kFused>
 inline void launch(const kernels::Launch& ctx, Params p, bool vector, int64_t rows) {
   constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
-  constexpr int kVectorVPG = sizeof(T) == 4 ? 2 : 1;  // fp32, group 256: 32 lanes x 2
-  constexpr int kScalarVPG = 8;  // group 256: 32 lanes x 8 elements
-  const int accesses = vector ? p.group / kVec : p.group;
-  p.tpg = accesses < 32 ? accesses : 32;
-  p.tpg_shift = rowwise::log2_exact(p.tpg);
-  p.vpt = accesses / p.tpg;
-  const int sms = kernels::sm_count(ctx.device);
-  // Decode plan: one group per team, 128-thread blocks, every team thread resident at once;
-  // the work spreads over up to ~half of the SMs' thread slots instead of a few 256-thread blocks.
-  const bool decode = vector && !p.packed &&
-                      rows * p.groups * p.tpg <= static_cast<int64_t>(kDecodeThreadsPerSm) * sms;
-  if (decode) {
-    void (*kernel)(bool, Params) =
-        group_kernel<T, kVec, kVectorVPG, kDecodeChunk, kDecodeBlock, kInt8, kFused>;
-    p.split = kernels::FastDivmod(
-        static_cast<uint32_t>(p.rows_fast ? rows : p.groups));
-    p.items = static_cast<uint32_t>(rows * p.groups);
-    const unsigned teams = static_cast<unsigned>(kDecodeBlock / p.tpg);
-    kernels::launch(ctx, kernel, kernels::ceil_div(p.items, teams), kDecodeBlock, p);
+  constexpr int kA = kLaneElems / kVec;  // 16-byte loads per piece: 2 (bf16/fp16) or 4 (fp32)
+  p.split = kernels::FastDivmod(static_cast<uint32_t>(p.rows_fast ? rows : p.groups));
+  p.items = static_cast<uint32_t>(rows * p.groups);
+  if (vector) {
+    const int pieces = p.group / kLaneElems;  // 1 .. 16
+    const int sms = kernels::sm_count(ctx.device);
+    // Decode: one piece per lane (the most lanes per group, the least serial work per lane).
+    if (int64_t{p.items} * pieces <= int64_t{kDecodeThreadsPerSm} * sms) {
+      p.ppl = 1;
+      p.tpg = pieces;
+      p.tpg_shift = rowwise::log2_exact(p.tpg);
+      launch_plan<T, kVec, kA, kMaxPieces, 1, kDecodeBlock, kInt8, kFused>(ctx, p);
+      return;
+    }
+    p.ppl = pieces < kMaxPieces ? pieces : kMaxPieces;
+    p.tpg = pieces / p.ppl;
+    p.tpg_shift = rowwise::log2_exact(p.tpg);
+    launch_plan<T, kVec, kA, kMaxPieces, 1, kBlock, kInt8, kFused>(ctx, p);
     return;
   }
-  void (*kernel)(bool, Params) =
-      vector ? group_kernel<T, kVec, kVectorVPG, kChunk, kBlock, kInt8, kFused>
-             : group_kernel<T, 1, kScalarVPG, kChunk, kBlock, kInt8, kFused>;
-  const int64_t chunks = (p.groups + kChunk - 1) / kChunk;
-  p.split = kernels::FastDivmod(static_cast<uint32_t>(p.rows_fast ? rows : chunks));
-  p.items = static_cast<uint32_t>(rows * chunks);
-  const unsigned teams = static_cast<unsigned>(kBlock / p.tpg);
-  // Grid-stride over at most one wave of resident blocks: no stream of short blocks to schedule,
-  // and a PDL launch (auto: up to kernels::kPdlMaxWaves waves) costs two instructions per block,
-  // not per chunk. The grid is trimmed so that every block runs the same number of steps (8192 x
-  // 7168: 7168 blocks' worth of chunks, a wave of 792: 10 steps each over 717 blocks, instead
-  // of 792 blocks of which some run 10 steps and most 9).
-  const unsigned needed = kernels::ceil_div(p.items, teams);
-  const unsigned wave = static_cast<unsigned>(sms * blocks_per_sm(kernel, kBlock));
-  const unsigned steps = kernels::ceil_div(needed, wave);
-  kernels::launch(ctx, kernel, kernels::ceil_div(needed, steps), kBlock, p);
+  p.tpg = p.group < 32 ? p.group : 32;
+  p.tpg_shift = rowwise::log2_exact(p.tpg);
+  p.ppl = p.group / p.tpg;
+  p.q16 = false;
+  launch_plan<T, 1, 1, kScalarElems, kScalarGroups, kBlock, kInt8, kFused>(ctx, p);
 }
 
 }  // namespace per_token_group_quant_8bit_detail
@@ -367,7 +391,7 @@ inline void per_token_group_quant_8bit(tvm::ffi::TensorView q, tvm::ffi::TensorV
   p.x_map = rows.map[0];
   p.q_map = rows.map[1];
   p.s_map = rows.map[2];
-  p.inner = static_cast<uint32_t>(rows.inner);
+  p.inner_div = kernels::FastDivmod(static_cast<uint32_t>(rows.inner));
   p.s_group_stride = s.size(-1) > 1 ? s.stride(-1) : 0;
   // Column-major scales (M, dim -2 of s, is the stride-1 dim): walk the rows fastest.
   p.rows_fast = s.ndim() >= 2 && s.size(-2) > 1 && s.stride(-2) == 1 && rows.rows() > 1;
@@ -390,6 +414,8 @@ inline void per_token_group_quant_8bit(tvm::ffi::TensorView q, tvm::ffi::TensorV
     const bool vector = kernels::vectors_fit(k, kVec, {p.x}, {p.x_map}) &&
                         reinterpret_cast<uintptr_t>(p.q) % kVec == 0 &&
                         p.q_map.s0 % kVec == 0 && p.q_map.s1 % kVec == 0;
+    p.q16 = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_map.s0 % 16 == 0 &&
+            p.q_map.s1 % 16 == 0;
     if (int8) {
       if (fuse_silu_and_mul) {
         detail::launch<T, true, true>(ctx, p, vector, rows.rows());

@@ -1,16 +1,21 @@
 // quantization.per_token_quant_fp8, CUDA: per row of x [T, K], s = max(absmax, 1e-10) / 448 and
 // q = cvt_satfinite_rne(x / s) (fp8 e4m3), one read of x and one write of q.
 //
-// The thread layout and launch plans are the row engine's (kernels/rowwise.cuh: rowwise::
-// plan_registers / plan_loop / row_thread); the kernels are this file's because the engine's row
-// statistic is a sum and this op needs a maximum (NaN-propagating, on the fp32 bits).
-//   - register kernel: the row read once into registers (16-byte vectors, kVPT per thread; a
-//     7168-wide bf16 row is 896 vectors: 128 threads x 7 at 8192 rows, 448 threads x 2 at decode),
-//     reduced with shuffles (rows of <= 32 threads, several rows per block) or shuffles plus one
-//     shared-memory step (one row per block), then quantized from registers and written as 8-byte
-//     (bf16/fp16) or 4-byte (fp32) fp8 packs;
-//   - loop kernel: rows longer than 4096 vectors, or not in whole vectors (misaligned views, odd
-//     widths: the scalar form); two passes, the second re-reading the row from L1/L2.
+//   - register kernel: the row read once into registers and quantized from them. A thread holds
+//     pieces of 16 consecutive elements (two 16-byte loads for bf16/fp16, four for fp32), pieces
+//     lane, lane + tpr, ... of the row, and writes each piece's codes with one 16-byte store
+//     (rows whose q is only 8/4-byte aligned: per-vector stores). Many rows: 4 pieces per thread
+//     (bf16 7168: 448 pieces, 128 threads, 8 x 16 B of loads in flight per thread, all issued
+//     before the first maximum); few rows (decode, <= 2 per SM): one piece per thread (448
+//     threads at 7168), the least serial work per thread. Rows of <= 32 threads: shuffles,
+//     several rows per block; longer rows: shuffles plus one shared-memory step. The absmax of
+//     16-bit inputs is taken in their own format (one AND and half a VIMNMX3.U16x2 per two
+//     elements) and the division is Div's fast path alone (the row's own scale bounds every
+//     quotient: quant::Q8::quantize_bounded): ~6 instructions per element instead of ~16, which
+//     had left the SM's issue slots a limit at 8192 x 7168;
+//   - loop kernel: rows longer than the register kernel holds (32768 bf16/fp16, 16384 fp32), or
+//     not in whole vectors (misaligned views, odd widths: the scalar form); two passes, the
+//     second re-reading the row from L1/L2.
 #pragma once
 
 #include <kernels/version.h>
@@ -30,14 +35,21 @@ struct Params {
   int64_t rows;
   int hidden;
   int tpr, tpr_shift, rows_per_block;
+  bool q16;  // q and its row stride 16-byte aligned: 16-byte stores of whole pieces
 };
 
 constexpr float kEps = 1e-10f;
+// Elements of a piece: one 16-byte store of codes.
+constexpr int kPieceElems = 16;
+// Pieces per thread at most: 4 (bf16/fp16: 8 vectors, 32 registers), 2 for fp32 (8 vectors).
+template <typename T>
+constexpr int kMaxPieces = sizeof(T) == 4 ? 2 : 4;
 
-template <typename T, int kN, int kVPT>
+template <typename T, int kN, int kPPT>
 __global__ void __launch_bounds__(rowwise::kMaxBlock)
     registers_kernel(bool pdl, const __grid_constant__ Params p) {
   using P = kernels::Pack<T, kN>;
+  constexpr int kA = kPieceElems / kN;  // vectors per piece
   __shared__ uint32_t shared[32];
   const rowwise::RowThread th = rowwise::row_thread(p.tpr, p.tpr_shift, p.rows_per_block);
   const bool valid = th.row < p.rows;
@@ -45,13 +57,25 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
   const T* x = static_cast<const T*>(p.x) + (valid ? th.row * p.x_stride : 0);
 
   if (pdl) kernels::pdl_wait();
-  P v[kVPT];
-  uint32_t m = quant::load_absmax(v, 0u, [&](int j, P& pack) {
-    const int i = th.lane + j * p.tpr;
-    if (i >= vectors) return false;
-    pack.load_stream(x + i * kN);
-    return true;
-  });
+  P v[kPPT][kA];
+#pragma unroll
+  for (int j = 0; j < kPPT; ++j) {
+#pragma unroll
+    for (int a = 0; a < kA; ++a) {
+      const int i = (th.lane + j * p.tpr) * kA + a;
+      if (i < vectors) {
+        v[j][a].load_stream(x + i * kN);
+      } else {
+        v[j][a].zero();
+      }
+    }
+  }
+  quant::Absmax<T, kN> am;
+#pragma unroll
+  for (int j = 0; j < kPPT; ++j)
+#pragma unroll
+    for (int a = 0; a < kA; ++a) am.add(v[j][a]);
+  uint32_t m = am.bits();
   m = p.tpr <= 32 ? quant::lanes_max(m, p.tpr) : quant::block_max(m, shared);
   if (pdl) kernels::pdl_launch_dependents();
   if (!valid) return;
@@ -60,14 +84,35 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
   const quant::Div div(s);
   uint8_t* q = p.q + th.row * p.q_stride;
 #pragma unroll
-  for (int j = 0; j < kVPT; ++j) {
-    const int i = th.lane + j * p.tpr;
-    if (i < vectors) {
-      float f[kN];
-      v[j].unpack(f);
-      quant::Q8<kN> out;
-      out.template quantize<false>(f, div);
-      out.store_stream(q + i * kN);
+  for (int j = 0; j < kPPT; ++j) {
+    const int first = (th.lane + j * p.tpr) * kA;  // the piece's first vector
+    if (first >= vectors) break;
+    float f[kPieceElems];
+#pragma unroll
+    for (int a = 0; a < kA; ++a) {
+      float part[kN];
+      v[j][a].unpack(part);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) f[a * kN + k] = part[k];
+    }
+    quant::Q8<kPieceElems> out;
+    out.template quantize_bounded<false>(f, div);
+    uint8_t* dst = q + first * kN;
+    if (p.q16 && first + kA <= vectors) {
+      out.store_stream(dst);
+    } else {
+      // A piece cut by the row's end, or q only kN-byte aligned: one store per vector.
+#pragma unroll
+      for (int a = 0; a < kA; ++a) {
+        if (first + a < vectors) {
+          if constexpr (kN == 8) {
+            __stcs(reinterpret_cast<uint2*>(dst + a * kN),
+                   make_uint2(out.w[2 * a], out.w[2 * a + 1]));
+          } else {
+            __stcs(reinterpret_cast<unsigned int*>(dst + a * kN), out.w[a]);
+          }
+        }
+      }
     }
   }
 }
@@ -116,21 +161,52 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
         float f[kN];
         v[u].unpack(f);
         quant::Q8<kN> out;
-        out.template quantize<false>(f, div);
+        out.template quantize_bounded<false>(f, div);
         out.store_stream(q + i * kN);
       }
     }
   }
 }
 
+// The register kernel's plan over `pieces` pieces per row: short rows on <= 32 lanes of a warp
+// (several rows per block); longer rows one per block, kMaxPieces per thread when there are rows
+// to fill the GPU, else the fewest per thread (from 1) that fit a block of kMaxBlock threads.
+inline rowwise::Plan plan_pieces(int64_t pieces, int64_t rows, int device, int max_pieces) {
+  rowwise::Plan plan{};
+  if (pieces <= 4) {
+    plan.vectors_per_thread = 1;
+    plan.tpr = kernels::next_pow2(pieces);
+  } else if (pieces <= 64) {
+    plan.vectors_per_thread = 2;
+    plan.tpr = kernels::next_pow2((pieces + 1) / 2);
+  } else if (pieces <= 32 * int64_t{max_pieces}) {
+    plan.vectors_per_thread = max_pieces;
+    plan.tpr = 32;
+  } else {
+    int per_thread = max_pieces;
+    if (rows <= 2 * int64_t{kernels::sm_count(device)}) {
+      per_thread = 1;
+      while (per_thread < max_pieces && pieces > int64_t{rowwise::kMaxBlock} * per_thread)
+        per_thread *= 2;
+    }
+    plan.vectors_per_thread = per_thread;
+    const int64_t threads = (pieces + per_thread - 1) / per_thread;
+    plan.tpr = static_cast<int>((threads + 31) / 32 * 32);
+  }
+  rowwise::finish_plan(plan, rows, device);
+  return plan;
+}
+
 template <typename T>
 inline void launch(const kernels::Launch& ctx, Params p, bool vector) {
   constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
+  constexpr int kMax = kMaxPieces<T>;
   const int vectors = p.hidden / kVec;
+  const int64_t pieces = (int64_t{vectors} * kVec + kPieceElems - 1) / kPieceElems;
   rowwise::Plan plan;
   void (*kernel)(bool, Params) = nullptr;
-  if (vector && vectors <= rowwise::kMaxBlock * rowwise::kMaxVectorsPerThread) {
-    plan = rowwise::plan_registers(vectors, p.rows, ctx.device);
+  if (vector && pieces <= int64_t{rowwise::kMaxBlock} * kMax) {
+    plan = plan_pieces(pieces, p.rows, ctx.device, kMax);
     switch (plan.vectors_per_thread) {
       case 1:
         kernel = registers_kernel<T, kVec, 1>;
@@ -138,11 +214,8 @@ inline void launch(const kernels::Launch& ctx, Params p, bool vector) {
       case 2:
         kernel = registers_kernel<T, kVec, 2>;
         break;
-      case 4:
-        kernel = registers_kernel<T, kVec, 4>;
-        break;
       default:
-        kernel = registers_kernel<T, kVec, 8>;
+        kernel = registers_kernel<T, kVec, kMax>;
         break;
     }
   } else if (vector) {
@@ -208,6 +281,7 @@ inline void per_token_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView s,
     constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
     const bool vector = kernels::vectors_fit(hidden, kVec, {p.x}, {kernels::RowMap{p.x_stride, 0}}) &&
                         reinterpret_cast<uintptr_t>(p.q) % kVec == 0 && p.q_stride % kVec == 0;
+    p.q16 = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_stride % 16 == 0;
     detail::launch<T>(ctx, p, vector);
   });
 }

@@ -6,8 +6,11 @@
 //   - the saturating round-to-nearest-even conversions to fp8 e4m3 (two at a time,
 //     __nv_cvt_float2_to_fp8x2 with __NV_SATFINITE: +-448 above the range, NaN stays NaN) and int8
 //     (round half to even, then saturate to [-128, 127]);
-//   - Q8<kN>: kN one-byte outputs stored with one access (8 bytes for a bf16/fp16 vector, 4 for
-//     fp32, 1 on the scalar path).
+//   - Absmax<T, kN>: the running |x| maximum of packs, 16-bit inputs in their own format (one AND
+//     and half a VIMNMX3.U16x2 per two elements);
+//   - Q8<kN>: kN one-byte outputs stored with one access (16 bytes for a 16-element piece, 8 for a
+//     bf16/fp16 vector, 4 for fp32, 1 on the scalar path); quantize_bounded, for dynamic scales
+//     (every quotient finite), drops Div's per-element overflow check.
 #pragma once
 
 #include <kernels/version.h>
@@ -18,6 +21,7 @@ KERNELS_REQUIRE_HEADERS_API(2);
 #include <kernels/vec.cuh>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace quant {
 
@@ -101,13 +105,49 @@ struct Div {
     r = __frcp_rn(scale);
     fast = scale >= 0x1p-126f && scale < 0x1p126f;
   }
+  // The fast path alone (s in the fast range): correctly rounded unless the quotient overflows.
+  __device__ __forceinline__ float quick(float x) const {
+    const float q0 = __fmul_rn(x, r);
+    return __fmaf_rn(__fmaf_rn(-q0, s, x), r, q0);
+  }
   __device__ __forceinline__ float operator()(float x) const {
     if (fast) {
-      const float q0 = __fmul_rn(x, r);
-      const float q = __fmaf_rn(__fmaf_rn(-q0, s, x), r, q0);
+      const float q = quick(x);
       if (abs_bits(q) < 0x7f800000u) return q;
     }
     return __fdiv_rn(x, s);
+  }
+};
+
+// Running maximum of |x| (as fp32 bits, NaN above +inf) over packs of T. Vectors of 16-bit types
+// stay in their own format: |x| of two elements with one AND, two running maxima per word with one
+// VIMNMX3.U16x2 per two words (the 16-bit bits of |x| order like |x| too, NaN above inf); the
+// fp32 bits at the end. Everything else goes through fp32, element by element.
+template <typename T, int kN, bool kHalves = (sizeof(T) == 2 && kN > 1)>
+struct Absmax {
+  uint32_t acc = 0;
+  __device__ __forceinline__ void add(const kernels::Pack<T, kN>& p) {
+    if constexpr (kHalves) {
+#pragma unroll
+      for (int i = 0; i < kernels::Pack<T, kN>::kWords; ++i) acc = __vmaxu2(acc, p.w[i] & 0x7fff7fffu);
+    } else {
+      float f[kN];
+      p.unpack(f);
+      acc = absmax_bits(f, acc);
+    }
+  }
+  // The maximum as fp32 bits.
+  __device__ __forceinline__ uint32_t bits() const {
+    if constexpr (kHalves) {
+      const uint32_t h = max(acc & 0xffffu, acc >> 16);
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        return h << 16;
+      } else {
+        return __float_as_uint(__half2float(__ushort_as_half(static_cast<unsigned short>(h))));
+      }
+    } else {
+      return acc;
+    }
   }
 };
 
@@ -117,21 +157,45 @@ struct Q8 {
   static constexpr int kWords = (kN + 3) / 4;
   uint32_t w[kWords];
 
-  // q = cvt(v / s) with the reference's IEEE division.
+  // Codes of the quotients q (already divided).
   template <bool kInt8>
-  __device__ __forceinline__ void quantize(const float (&v)[kN], const Div& s) {
+  __device__ __forceinline__ void encode(const float (&q)[kN]) {
 #pragma unroll
     for (int i = 0; i < kWords; ++i) w[i] = 0;
     if constexpr (kInt8) {
 #pragma unroll
-      for (int k = 0; k < kN; ++k) w[k / 4] |= int8x1(s(v[k])) << (8 * (k % 4));
+      for (int k = 0; k < kN; ++k) w[k / 4] |= int8x1(q[k]) << (8 * (k % 4));
     } else if constexpr (kN == 1) {
-      w[0] = fp8x1(s(v[0]));
+      w[0] = fp8x1(q[0]);
     } else {
 #pragma unroll
-      for (int k = 0; k < kN; k += 2)
-        w[k / 4] |= fp8x2(s(v[k]), s(v[k + 1])) << (8 * (k % 4));
+      for (int k = 0; k < kN; k += 2) w[k / 4] |= fp8x2(q[k], q[k + 1]) << (8 * (k % 4));
     }
+  }
+
+  // q = cvt(v / s) with the reference's IEEE division.
+  template <bool kInt8>
+  __device__ __forceinline__ void quantize(const float (&v)[kN], const Div& s) {
+    float q[kN];
+#pragma unroll
+    for (int k = 0; k < kN; ++k) q[k] = s(v[k]);
+    encode<kInt8>(q);
+  }
+
+  // The same for a dynamic scale, one that bounds its values (|v| <= s * qmax: the absmax of v
+  // went into s): in the fast range the quotients are finite, so Div's per-element overflow
+  // check is left out and the range test is one branch per call (uniform over a row or group).
+  template <bool kInt8>
+  __device__ __forceinline__ void quantize_bounded(const float (&v)[kN], const Div& s) {
+    float q[kN];
+    if (s.fast) {
+#pragma unroll
+      for (int k = 0; k < kN; ++k) q[k] = s.quick(v[k]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kN; ++k) q[k] = __fdiv_rn(v[k], s.s);
+    }
+    encode<kInt8>(q);
   }
   // Store at p (kN-byte aligned).
   __device__ __forceinline__ void store(uint8_t* p) const {

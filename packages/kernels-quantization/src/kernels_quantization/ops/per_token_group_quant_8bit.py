@@ -38,8 +38,8 @@ PER_TOKEN_GROUP_QUANT_8BIT_CUDA = ModuleSpec(
     package="kernels_quantization",
     sources=("csrc/per_token_group_quant_8bit.cuh",),
     exports=(("per_token_group_quant_8bit", "per_token_group_quant_8bit"),),
-    description="CUDA: lane teams per group chunk, 16-byte loads, every scale layout, fused "
-    "silu_and_mul and masked EP rows in one kernel",
+    description="CUDA: lane teams per group, 16-element pieces in registers (16-byte loads and "
+    "stores), every scale layout, fused silu_and_mul and masked EP rows in one kernel",
 )
 
 _per_token_group_quant_8bit_cuda = CompiledFunction(

@@ -23,7 +23,8 @@ PER_TOKEN_QUANT_FP8_CUDA = ModuleSpec(
     package="kernels_quantization",
     sources=("csrc/per_token_quant_fp8.cuh",),
     exports=(("per_token_quant_fp8", "per_token_quant_fp8"),),
-    description="CUDA: one pass, the row in registers (16-byte loads, fp8 packs), row-engine plans",
+    description="CUDA: one pass, the row in registers (16-element pieces: 16-byte loads and fp8 "
+    "stores)",
 )
 
 _per_token_quant_fp8_cuda = CompiledFunction(PER_TOKEN_QUANT_FP8_CUDA, "per_token_quant_fp8")
