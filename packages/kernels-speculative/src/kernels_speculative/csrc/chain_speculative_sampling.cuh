@@ -337,7 +337,9 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
     }
   }
   __syncthreads();
-  if (cluster > 1) cl.barrier_arrive();  // this CTA is done reading the others' shared memory
+  // This CTA is done reading the others' shared memory (the values are used): a relaxed arrive,
+  // no fence; the others wait for it before they exit.
+  if (cluster > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   const int winner = s.winner;
   // 4. The draw, by the CTA whose slice holds it.
   if (winner == rank) {
