@@ -396,3 +396,41 @@ def test_cuda_graph_capture_of_the_cluster_launch():
     for x, y in zip(got, eager, strict=True):
         assert torch.equal(x, y)
     _assert_same_draws(got, want, draft, ids, target, [3], [4])
+
+
+@pytest.mark.gpu
+def test_cuda_cluster_draws_follow_the_target_distribution():
+    # The exactness property through the cluster path (B = 16, V = 128256: 8 CTAs per request):
+    # six tokens spread over different slices carry all the mass.
+    batch, n, vocab, calls = 16, 2, 128_256, 1500
+    support = torch.tensor([5, 20_000, 40_001, 70_002, 100_003, 128_250])
+    g = torch.Generator().manual_seed(1)
+    d6 = (torch.randn(n, 6, generator=g) * 1.5).softmax(-1)
+    t6 = (torch.randn(n + 1, 6, generator=g) * 1.5).softmax(-1)
+    d = torch.zeros(n, vocab)
+    t = torch.zeros(n + 1, vocab)
+    d[:, support], t[:, support] = d6, t6
+    draft = d.expand(batch, n, vocab).contiguous().cuda()
+    target = t.expand(batch, n + 1, vocab).contiguous().cuda()
+    assert _cluster_of(draft) == _expected_cluster(batch, vocab)
+    picks = torch.stack(
+        [torch.multinomial(d6[i], batch * calls, True, generator=g) for i in range(n)], 1
+    )
+    ids = support[picks].to(torch.int32).cuda().reshape(calls, batch, n)
+    tokens, emitted = [], []
+    for c in range(calls):
+        seeds = torch.arange(batch, dtype=torch.int64, device="cuda") + c * batch
+        out, _, emi = chain_speculative_sampling(draft, ids[c], target, seed=seeds, offset=9)
+        tokens.append(out)
+        emitted.append(emi)
+    tokens, emitted = torch.cat(tokens).cpu(), torch.cat(emitted).cpu()
+    index = torch.full((vocab,), -1, dtype=torch.long)
+    index[support] = torch.arange(6)
+    for pos in range(n):
+        here = emitted >= pos
+        got = index[tokens[here, pos].long()]
+        assert (got >= 0).all()  # only tokens with mass are ever drawn
+        counts = torch.bincount(got, minlength=6).double()
+        expected = t6[pos].double() * here.sum()
+        chi2 = ((counts - expected) ** 2 / expected).sum().item()
+        assert chi2 < 25.7, (pos, chi2)  # 5 degrees of freedom: P(chi2 > 25.7) ~ 1e-4
