@@ -17,7 +17,8 @@ def test_cuda_sources_compile_for_sm90a():
 
 
 # One call per kernel path: packbits fast (aligned) and byte paths, skipped segments; verify with
-# the staged (N <= 64) and global trees, cyclic siblings; chain with packed/scalar rows, n = 0.
+# the staged (N <= 64) and global trees, cyclic siblings; chain with packed/scalar rows, n = 0,
+# clusters of 8 (slices in registers), 2 (slices re-read) and 1 CTA, the zero-residual fallback.
 _MEMCHECK_SCRIPT = """
 import torch
 from kernels_speculative import chain_speculative_sampling, segment_packbits, verify_tree_greedy
@@ -43,11 +44,16 @@ for b, n, s in ((1, 1, 1), (16, 64, 8), (3, 65, 6), (2, 300, 9)):
                        torch.zeros(b, dtype=torch.int32, device="cuda"),
                        cand, index, child, sib, target)
 for dtype in (torch.float32, torch.bfloat16):
-    for b, n, v in ((1, 8, 128256), (3, 0, 7), (4, 3, 4099), (2, 2, 1)):
+    for b, n, v in ((1, 8, 128256), (33, 2, 128256), (2, 3, 32003), (3, 0, 7), (4, 3, 4099),
+                    (2, 2, 1)):
         d = torch.rand(b, n, v, device="cuda").softmax(-1).to(dtype)
         t = torch.rand(b, n + 1, v, device="cuda").softmax(-1).to(dtype)
         ids = torch.randint(0, v, (b, n), device="cuda", dtype=torch.int32)
         chain_speculative_sampling(d, ids, t, seed=1, offset=2)
+    d = torch.rand(1, 1, 128256, device="cuda").softmax(-1).to(dtype)
+    d[0, 0, 5] = 0
+    chain_speculative_sampling(d, torch.tensor([[5]], dtype=torch.int32, device="cuda"),
+                               torch.cat([d, d], dim=1), seed=3)
 torch.cuda.synchronize()
 print("done")
 """

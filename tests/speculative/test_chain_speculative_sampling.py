@@ -274,3 +274,163 @@ def test_cuda_graph_capture_and_compile():
         fullgraph=True,
     )
     _assert_same_draws(compiled(draft, ids, target), want, draft, ids, target, [3], [4])
+
+
+# ---- the CUDA kernel's paths: a cluster of C CTAs per request, each over a vocabulary slice ----
+
+
+def _expected_cluster(batch: int, vocab: int) -> int:
+    """The host's choice: double C (up to 8) while 2 B C CTAs fit the SMs and 2 C slices keep
+    4096 elements each (H200: 132 SMs)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    c = 1
+    while c < 8 and batch * c * 2 <= sms and vocab >= 2 * c * 4096:
+        c *= 2
+    return c
+
+
+def _cluster_of(draft: torch.Tensor) -> int:
+    from kernels_speculative.ops import chain_speculative_sampling as m
+
+    return int(m._chain_speculative_sampling_cluster(draft))
+
+
+# (B, n, V): slices of one tile (16384 elements) kept in registers (C = 8 at V = 128256), of
+# several tiles re-read for the draw (C = 4, 2, 1 at larger B), the scalar path (V odd).
+CLUSTER_SHAPES = [
+    (1, 1, 128_256),
+    (1, 8, 128_256),
+    (16, 8, 128_256),
+    (33, 2, 128_256),
+    (65, 1, 128_256),
+    (2, 3, 32_003),
+    (1, 2, 8192),
+    (3, 4, 4096),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("batch", "n", "vocab"), CLUSTER_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_cuda_cluster_paths_match_reference(batch, n, vocab, dtype):
+    draft, ids, target = _inputs(batch, n, vocab, seed=batch + n + vocab, sharp=2.0)
+    draft, ids, target = draft.to("cuda", dtype), ids.cuda(), target.to("cuda", dtype)
+    assert _cluster_of(draft) == _expected_cluster(batch, vocab)
+    for trial in range(6 if batch < 8 else 2):
+        seeds = torch.arange(batch, dtype=torch.int64, device="cuda") * 5 + 100 * trial
+        offsets = torch.tensor([trial], dtype=torch.int64, device="cuda")
+        want = chain_speculative_sampling(
+            draft, ids, target, seed=seeds, offset=offsets, backend="torch"
+        )
+        got = chain_speculative_sampling(draft, ids, target, seed=seeds, offset=offsets)
+        _assert_same_draws(got, want, draft, ids, target, seeds.tolist(), offsets.tolist())
+        again = chain_speculative_sampling(draft, ids, target, seed=seeds, offset=offsets)
+        for x, y in zip(got, again, strict=True):
+            assert torch.equal(x, y)  # the same seed draws the same tokens
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vocab", [128_256, 65_536, 32_003])
+def test_cuda_draw_lands_in_every_slice(vocab):
+    # Every draft accepted (draft == target on row 0), so the bonus comes from target row 1,
+    # whose mass lies in one window: the draw must land there whichever CTA's slice holds it.
+    base = torch.rand(1, 1, vocab, device="cuda").softmax(-1)
+    ids = torch.tensor([[int(base[0, 0].argmax())]], dtype=torch.int32, device="cuda")
+    cluster = _cluster_of(base)
+    assert cluster == _expected_cluster(1, vocab)
+    slice_len = -(-vocab // cluster)
+    starts = [k * slice_len + 3 for k in range(cluster)] + [0, vocab - 1]
+    for start in starts:
+        stop = min(start + 40, vocab)
+        target = torch.zeros(1, 2, vocab, device="cuda")
+        target[:, 0] = base[:, 0]
+        target[0, 1, start:stop] = torch.rand(stop - start, device="cuda") + 0.1
+        for seed in range(3):
+            tokens, accepted, emitted = chain_speculative_sampling(base, ids, target, seed=seed)
+            want = chain_speculative_sampling(base, ids, target, seed=seed, backend="torch")
+            assert accepted.item() == 1 and emitted.item() == 1
+            assert start <= tokens[0, 1].item() < stop
+            _assert_same_draws((tokens, accepted, emitted), want, base, ids, target, [seed], [0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 40])
+def test_cuda_zero_residual_at_full_vocab(batch):
+    # Draft == target with the draft token's probability zeroed in both: rejected for sure
+    # (u * 0 < 0 fails), and relu(target - draft) is 0 everywhere: the draw falls back to the
+    # target row, which the drawing CTA re-reads.
+    vocab = 128_256
+    rows = torch.rand(batch, 1, vocab, device="cuda").softmax(-1)
+    ids = torch.randint(0, vocab, (batch, 1), dtype=torch.int32, device="cuda")
+    rows.scatter_(2, ids.long()[..., None], 0.0)
+    target = torch.cat([rows, torch.rand(batch, 1, vocab, device="cuda").softmax(-1)], dim=1)
+    seeds = torch.arange(batch, dtype=torch.int64, device="cuda") + 7
+    want = chain_speculative_sampling(rows, ids, target, seed=seeds, offset=1, backend="torch")
+    got = chain_speculative_sampling(rows, ids, target, seed=seeds, offset=1)
+    assert got[1].tolist() == [0] * batch and got[2].tolist() == [0] * batch
+    _assert_same_draws(got, want, rows, ids, target, seeds.tolist(), [1])
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_of_the_cluster_launch():
+    draft, ids, target = _inputs(1, 8, 128_256, seed=22, sharp=2.0)
+    draft, ids, target = draft.cuda(), ids.cuda(), target.cuda()
+    seed, offset = torch.tensor([3], device="cuda"), torch.tensor([4], device="cuda")
+    assert _cluster_of(draft) == _expected_cluster(1, 128_256)
+    want = chain_speculative_sampling(draft, ids, target, seed=seed, offset=offset, backend="torch")
+    eager = chain_speculative_sampling(draft, ids, target, seed=seed, offset=offset)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = chain_speculative_sampling(draft, ids, target, seed=seed, offset=offset)
+    for s in (3, 11, 12):  # a new seed in place: the replay draws with it
+        seed.fill_(s)
+        graph.replay()
+        torch.cuda.synchronize()
+        for x, y in zip(
+            got, chain_speculative_sampling(draft, ids, target, seed=s, offset=4), strict=True
+        ):
+            assert torch.equal(x, y)
+    seed.fill_(3)
+    graph.replay()
+    torch.cuda.synchronize()
+    for x, y in zip(got, eager, strict=True):
+        assert torch.equal(x, y)
+    _assert_same_draws(got, want, draft, ids, target, [3], [4])
+
+
+@pytest.mark.gpu
+def test_cuda_cluster_draws_follow_the_target_distribution():
+    # The exactness property through the cluster path (B = 16, V = 128256: 8 CTAs per request):
+    # six tokens spread over different slices carry all the mass.
+    batch, n, vocab, calls = 16, 2, 128_256, 1500
+    support = torch.tensor([5, 20_000, 40_001, 70_002, 100_003, 128_250])
+    g = torch.Generator().manual_seed(1)
+    d6 = (torch.randn(n, 6, generator=g) * 1.5).softmax(-1)
+    t6 = (torch.randn(n + 1, 6, generator=g) * 1.5).softmax(-1)
+    d = torch.zeros(n, vocab)
+    t = torch.zeros(n + 1, vocab)
+    d[:, support], t[:, support] = d6, t6
+    draft = d.expand(batch, n, vocab).contiguous().cuda()
+    target = t.expand(batch, n + 1, vocab).contiguous().cuda()
+    assert _cluster_of(draft) == _expected_cluster(batch, vocab)
+    picks = torch.stack(
+        [torch.multinomial(d6[i], batch * calls, True, generator=g) for i in range(n)], 1
+    )
+    ids = support[picks].to(torch.int32).cuda().reshape(calls, batch, n)
+    tokens, emitted = [], []
+    for c in range(calls):
+        seeds = torch.arange(batch, dtype=torch.int64, device="cuda") + c * batch
+        out, _, emi = chain_speculative_sampling(draft, ids[c], target, seed=seeds, offset=9)
+        tokens.append(out)
+        emitted.append(emi)
+    tokens, emitted = torch.cat(tokens).cpu(), torch.cat(emitted).cpu()
+    index = torch.full((vocab,), -1, dtype=torch.long)
+    index[support] = torch.arange(6)
+    for pos in range(n):
+        here = emitted >= pos
+        got = index[tokens[here, pos].long()]
+        assert (got >= 0).all()  # only tokens with mass are ever drawn
+        counts = torch.bincount(got, minlength=6).double()
+        expected = t6[pos].double() * here.sum()
+        chi2 = ((counts - expected) ** 2 / expected).sum().item()
+        assert chi2 < 25.7, (pos, chi2)  # 5 degrees of freedom: P(chi2 > 25.7) ~ 1e-4

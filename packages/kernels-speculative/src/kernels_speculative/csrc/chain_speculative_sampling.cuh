@@ -1,18 +1,27 @@
-// speculative.chain_speculative_sampling, CUDA: one CTA of 1024 threads per request.
-//   1. Threads i < n decide draft i: u_i = U(seed, offset, b, i) (the project RNG, bit for bit
-//      with kernels_jit.rng), accept iff u_i * q < p (fp32, strict); the first rejection r and the
-//      independent accepted count come from block-wide shared atomics.
-//   2. The residual pass: target row r and draft row r (or target row n when every draft was
-//      accepted) read once, 4 elements per load (16 bytes of fp32) and 4 loads per thread in
-//      flight: the sums of relu(t - d) and of t, and the last positive index of each.
-//   3. The draw with U(seed, offset, b, n): smallest j whose running sum exceeds u * total, by
-//      tiles of 16 contiguous elements per thread (16384 per tile for 16-byte packs; a block scan
-//      per tile, stopping at the tile that crosses; the rows are re-read, mostly from L2), the
-//      last positive index when rounding leaves none, 0 for a zero or
-//      NaN total; the residual when its mass is > 0, else the target row.
-// Sums run in a different order from torch's cumsum, so a draw whose threshold falls within an
-// ulp of a boundary may differ from the reference (probability ~1e-7 per draw); every accept /
-// reject decision is exact. A draft id outside [0, V) counts as rejected (the reference raises).
+// speculative.chain_speculative_sampling, CUDA: a thread-block cluster of C CTAs (1024 threads
+// each, C = 1..8, more at small B) per request, each CTA over one slice of the vocabulary.
+//   1. Every CTA decides the drafts (threads i < n, scalars only): u_i = U(seed, offset, b, i)
+//      (the project RNG, bit for bit with kernels_jit.rng), accept iff u_i * q < p (fp32,
+//      strict); the first rejection r and the independent accepted count come from shared
+//      atomics. Only p[r] and q[r] are needed before any full-row read, so ONE pass over the
+//      vocabulary follows: target row r and draft row r (or target row n when every draft was
+//      accepted).
+//   2. The pass: each CTA reads its slice once, in tiles of 16 elements per thread (four 16-byte
+//      fp32 loads of each row in flight, coalesced), for the slice sums of relu(t - d) and of t
+//      and the last positive index of each; a slice of one tile (V = 128256 at C = 8) stays in
+//      registers.
+//   3. The slice sums go through distributed shared memory: every CTA adds them in rank order
+//      (identical bits everywhere), picks the weights (the residual when its mass is > 0, else
+//      the target row), the threshold u * total with U(seed, offset, b, n), and the one slice k
+//      whose running prefix P_k <= threshold < P_k+1.
+//   4. That CTA alone walks its slice in vocabulary order (a block scan per tile, from registers
+//      when the slice is one tile, else re-read, mostly from L2) for the smallest j whose running
+//      sum exceeds the threshold on a positive weight; the slice's (else the row's) last
+//      positive index when rounding leaves none; 0 for a zero or NaN total.
+// Sums run in a different order from torch's cumsum (and from the one-CTA kernel before this
+// one), so a draw whose threshold falls within rounding of a CDF boundary may differ from the
+// reference (probability ~1e-7 per draw); every accept / reject decision is exact. A draft id
+// outside [0, V) counts as rejected (the reference raises).
 #pragma once
 
 #include <kernels/version.h>
@@ -23,13 +32,19 @@ KERNELS_REQUIRE_HEADERS_API(2);
 #include <kernels/launch.cuh>
 #include <kernels/pdl.cuh>
 
+#include <cooperative_groups.h>
+
 #include "speculative_common.cuh"
 
 namespace chain_speculative_sampling_detail {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll = 4;
+constexpr int kPer = 16;  // elements per thread and tile
+constexpr int kTile = kThreads * kPer;
+constexpr int kMaxCluster = 8;
+constexpr int64_t kMinSlice = 4096;  // a cluster of 2c CTAs needs V >= 2c * kMinSlice
+constexpr int kNone = 0x7fffffff;
 
 template <typename T>
 struct Params {
@@ -44,6 +59,14 @@ struct Params {
   int64_t t_s0, t_s1;
   speculative_detail::IndexRef ids, seed, offset;
   int64_t n, vocab;
+  int cluster;    // CTAs per request (a thread-block cluster when > 1)
+  int64_t slice;  // elements per CTA (a multiple of the pack width)
+};
+
+// What a CTA publishes to its cluster: its slice's sums and last positive indices.
+struct Partial {
+  float sum_res, sum_t;
+  int last_res, last_t;
 };
 
 template <typename T, int N>
@@ -65,56 +88,135 @@ __device__ __forceinline__ void load(const T* p, int64_t j, float (&v)[N]) {
   }
 }
 
-// The weight of element j: relu(t - d) on the residual, t otherwise.
+// relu(t - d) (the residual) or t.
 __device__ __forceinline__ float weight(float t, float d, bool residual) {
   if (!residual) return t;
   const float r = __fsub_rn(t, d);
   return r > 0.f ? r : 0.f;
 }
 
-// Inclusive scan over the block of one float per thread; returns this thread's exclusive prefix
-// and sets `total`. `scratch`: kWarps floats.
-__device__ __forceinline__ float block_exclusive_scan(float x, float* scratch, float& total) {
+// The tile of this thread: packs u = 0..U-1 at base + (u * kThreads + tid) * N (coalesced), in
+// vocabulary order u-major; zeros at or past `end` (a multiple of N). `t` gets the target values and `w` the
+// weights (relu(t - d) when `residual`, else t).
+template <typename T, int N>
+__device__ __forceinline__ void load_tile(const T* trow, const T* drow, bool residual,
+                                          int64_t base, int64_t end, float (&t)[kPer / N][N],
+                                          float (&w)[kPer / N][N]) {
+  constexpr int U = kPer / N;
+  float d[U][N];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t j = base + (static_cast<int64_t>(u) * kThreads + threadIdx.x) * N;
+#pragma unroll
+    for (int k = 0; k < N; ++k) t[u][k] = d[u][k] = 0.f;
+    if (j < end) {  // end is a multiple of N: whole packs only
+      load<T, N>(trow, j, t[u]);
+      if (residual) load<T, N>(drow, j, d[u]);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int k = 0; k < N; ++k) w[u][k] = weight(t[u][k], d[u][k], residual);
+}
+
+struct Shared {
+  float scan[kPer][kWarps];  // up to kPer pack columns per block scan
+  float red_f[2][kWarps];
+  int red_i[2][kWarps];
+  Partial part;   // this CTA's, read by the cluster
+  int reject, count, token;
+  int winner;     // the slice holding the draw, -1 for none
+  int residual;   // the weights are relu(t - d)
+  int last;       // the row's last positive weight, -1 for none
+  float carry;    // the running sum before this CTA's slice
+  float threshold;
+};
+
+// Searches one tile (weights w, laid out as load_tile's) for the smallest index whose running sum
+// (from `carry`) exceeds `threshold` on a positive weight; records it in s.token (atomicMin).
+// Returns the tile's total (for the next tile's carry). Every thread of the CTA calls it.
+template <int N>
+__device__ __forceinline__ float search_tile(const float (&w)[kPer / N][N], int64_t base,
+                                             float carry, float threshold, Shared& s) {
+  constexpr int U = kPer / N;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float inc = x;
+  float inc[U];  // this thread's pack sums, then their inclusive warp scans, then run starts
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    inc[u] = 0.f;
+#pragma unroll
+    for (int k = 0; k < N; ++k) inc[u] += w[u][k];
+  }
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const float y = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += y;
-  }
-  __syncthreads();
-  if (lane == 31) scratch[warp] = inc;
-  __syncthreads();
-  float w = lane < kWarps ? scratch[lane] : 0.f;
-  float winc = w;
 #pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const float y = __shfl_up_sync(0xffffffffu, winc, o);
-    if (lane >= o) winc += y;
+    for (int u = 0; u < U; ++u) {
+      const float y = __shfl_up_sync(0xffffffffu, inc[u], o);
+      if (lane >= o) inc[u] += y;
+    }
   }
-  total = __shfl_sync(0xffffffffu, winc, kWarps - 1);
-  const float warp_prefix = __shfl_sync(0xffffffffu, winc - w, warp);
-  return warp_prefix + inc - x;
+  __syncthreads();  // s.scan is free (an earlier tile's readers are done)
+  if (lane == 31) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) s.scan[u][warp] = inc[u];
+  }
+  __syncthreads();
+  float before = 0.f;  // the totals of the pack columns u' < u
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const float ws = s.scan[u][lane];  // kWarps == 32: one warp total per lane
+    float winc = ws;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, winc, o);
+      if (lane >= o) winc += y;
+    }
+    const float column = __shfl_sync(0xffffffffu, winc, 31);
+    const float warp_prefix = __shfl_sync(0xffffffffu, winc - ws, warp);
+    float x = 0.f;
+#pragma unroll
+    for (int k = 0; k < N; ++k) x += w[u][k];
+    inc[u] = carry + before + warp_prefix + (inc[u] - x);  // where this pack's run starts
+    before += column;
+  }
+  if (carry + before > threshold) {  // uniform: the crossing is in this tile (up to rounding)
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float run = inc[u];
+      const int64_t j = base + (static_cast<int64_t>(u) * kThreads + threadIdx.x) * N;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        run += w[u][k];
+        if (w[u][k] > 0.f && run > threshold) {
+          atomicMin(&s.token, static_cast<int>(j + k));
+          break;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  return before;
 }
 
 template <typename T, int N>
 __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) {
-  __shared__ int s_reject, s_count, s_token;
-  __shared__ float s_sum[2][kWarps];
-  __shared__ int s_last[2];
-  __shared__ float s_scan[kWarps];
-  const int64_t b = blockIdx.x;
+  namespace cg = cooperative_groups;
+  constexpr int U = kPer / N;
+  __shared__ Shared s;
+  const int cluster = p.cluster;
+  const int rank = static_cast<int>(blockIdx.x % cluster);
+  const int64_t b = blockIdx.x / cluster;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   if (pdl) kernels::pdl_wait();
   const int64_t seed = p.seed[b], offset = p.offset[b];
   if (tid == 0) {
-    s_reject = static_cast<int>(p.n);
-    s_count = 0;
-    s_token = 0x7fffffff;
-    s_last[0] = s_last[1] = -1;
+    s.reject = static_cast<int>(p.n);
+    s.count = 0;
+    s.token = kNone;
   }
   __syncthreads();
-  // 1. Accept or reject each draft.
+  // 1. Accept or reject each draft (every CTA of the cluster, the same way).
   for (int64_t i = tid; i < p.n; i += kThreads) {
     const int64_t d = p.ids.at(b, i);
     bool ok = false;
@@ -124,68 +226,36 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
       ok = __fmul_rn(speculative_detail::uniform(seed, offset, b, i), q) < pt;
     }
     if (ok)
-      atomicAdd(&s_count, 1);
+      atomicAdd(&s.count, 1);
     else
-      atomicMin(&s_reject, static_cast<int>(i));
+      atomicMin(&s.reject, static_cast<int>(i));
   }
   __syncthreads();
-  const int64_t r = s_reject;
+  const int64_t r = s.reject;
   const bool has_residual = r < p.n;
   const T* trow = p.target + b * p.t_s0 + r * p.t_s1;
   const T* drow = has_residual ? p.draft + b * p.d_s0 + r * p.d_s1 : trow;
-  // 2. The residual pass: sums and last positive indices.
+  const int64_t begin = static_cast<int64_t>(rank) * p.slice;
+  const int64_t end = begin + p.slice < p.vocab ? begin + p.slice : p.vocab;
+  // 2. The pass over this CTA's slice: sums and last positive indices. `w` keeps the last tile.
+  float t[U][N], w[U][N];
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int k = 0; k < N; ++k) w[u][k] = 0.f;
   float sum_res = 0.f, sum_t = 0.f;
   int last_res = -1, last_t = -1;
-  const int64_t stride = static_cast<int64_t>(kThreads) * N;
-  int64_t j = static_cast<int64_t>(tid) * N;
-  for (; j + (kUnroll - 1) * stride < p.vocab - (N - 1); j += kUnroll * stride) {
-    float t[kUnroll][N], d[kUnroll][N];
+  for (int64_t base = begin; base < end; base += kTile) {
+    load_tile<T, N>(trow, drow, has_residual, base, end, t, w);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load<T, N>(trow, j + u * stride, t[u]);
-    if (has_residual) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) load<T, N>(drow, j + u * stride, d[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
+      const int j = static_cast<int>(base + (static_cast<int64_t>(u) * kThreads + tid) * N);
 #pragma unroll
       for (int k = 0; k < N; ++k) {
-        const int idx = static_cast<int>(j + u * stride + k);
         sum_t += t[u][k];
-        if (t[u][k] > 0.f) last_t = idx;
-        if (has_residual) {
-          const float w = weight(t[u][k], d[u][k], true);
-          sum_res += w;
-          if (w > 0.f) last_res = idx;
-        }
-      }
-    }
-  }
-  for (; j < p.vocab; j += stride) {  // the tail: whole packs, then single elements
-    if (j + N <= p.vocab) {
-      float t[N], d[N];
-      load<T, N>(trow, j, t);
-      if (has_residual) load<T, N>(drow, j, d);
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        sum_t += t[k];
-        if (t[k] > 0.f) last_t = static_cast<int>(j + k);
-        if (has_residual) {
-          const float w = weight(t[k], d[k], true);
-          sum_res += w;
-          if (w > 0.f) last_res = static_cast<int>(j + k);
-        }
-      }
-    } else {
-      for (int64_t k = j; k < p.vocab; ++k) {
-        const float tk = kernels::to_float(trow[k]);
-        sum_t += tk;
-        if (tk > 0.f) last_t = static_cast<int>(k);
-        if (has_residual) {
-          const float w = weight(tk, kernels::to_float(drow[k]), true);
-          sum_res += w;
-          if (w > 0.f) last_res = static_cast<int>(k);
-        }
+        if (t[u][k] > 0.f) last_t = j + k;
+        sum_res += w[u][k];
+        if (w[u][k] > 0.f) last_res = j + k;
       }
     }
   }
@@ -197,82 +267,181 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
     last_res = max(last_res, __shfl_xor_sync(0xffffffffu, last_res, o));
   }
   if (lane == 0) {
-    s_sum[0][warp] = sum_t;
-    s_sum[1][warp] = sum_res;
-    atomicMax(&s_last[0], last_t);
-    atomicMax(&s_last[1], last_res);
+    s.red_f[0][warp] = sum_res;
+    s.red_f[1][warp] = sum_t;
+    s.red_i[0][warp] = last_res;
+    s.red_i[1][warp] = last_t;
   }
   __syncthreads();
-  float total_t = 0.f, total_res = 0.f;
-  for (int w = 0; w < kWarps; ++w) {
-    total_t += s_sum[0][w];
-    total_res += s_sum[1][w];
+  if (warp == 0) {  // kWarps == 32: one warp's partials per lane, summed in warp order
+    float a = s.red_f[0][lane], c = s.red_f[1][lane];
+    int la = s.red_i[0][lane], lc = s.red_i[1][lane];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      a += __shfl_xor_sync(0xffffffffu, a, o);
+      c += __shfl_xor_sync(0xffffffffu, c, o);
+      la = max(la, __shfl_xor_sync(0xffffffffu, la, o));
+      lc = max(lc, __shfl_xor_sync(0xffffffffu, lc, o));
+    }
+    if (lane == 0) s.part = Partial{has_residual ? a : 0.f, c, has_residual ? la : -1, lc};
   }
-  const bool residual = has_residual && total_res > 0.f;
-  const float total = residual ? total_res : total_t;
-  const int last_positive = residual ? s_last[1] : s_last[0];
-  // 3. The draw: smallest j with running sum > u * total.
-  int token = 0;
-  if (total > 0.f) {
-    const float threshold =
-        __fmul_rn(speculative_detail::uniform(seed, offset, b, p.n), total);
-    float carry = 0.f;
-    constexpr int kPer = kUnroll * N;  // contiguous elements per thread and tile
-    const int64_t tile_stride = static_cast<int64_t>(kThreads) * kPer;
-    for (int64_t base = 0; base < p.vocab; base += tile_stride) {
-      const int64_t jj = base + static_cast<int64_t>(tid) * kPer;
-      float w[kPer];
+  // 3. The slices' sums, combined in rank order by every CTA: the weights, threshold, winner.
+  cg::cluster_group cl = cg::this_cluster();
+  if (cluster > 1)
+    cl.sync();
+  else
+    __syncthreads();
+  if (warp == 0) {  // lane k holds rank k's partial; every lane adds them in rank order
+    Partial mine{0.f, 0.f, -1, -1};
+    if (lane < cluster) mine = cluster > 1 ? *cl.map_shared_rank(&s.part, lane) : s.part;
+    float total_res = 0.f;
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) w[k] = 0.f;
+    for (int k = 0; k < kMaxCluster; ++k)
+      if (k < cluster) total_res += __shfl_sync(0xffffffffu, mine.sum_res, k);
+    const bool residual = has_residual && total_res > 0.f;
+    const float sum = residual ? mine.sum_res : mine.sum_t;
+    int last = residual ? mine.last_res : mine.last_t;
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j0 = jj + u * N;
-        if (j0 + N <= p.vocab) {
-          float t[N], d[N];
-          load<T, N>(trow, j0, t);
-          if (residual) load<T, N>(drow, j0, d);
+    for (int o = 16; o > 0; o >>= 1) last = max(last, __shfl_xor_sync(0xffffffffu, last, o));
+    float total = 0.f;
 #pragma unroll
-          for (int k = 0; k < N; ++k) w[u * N + k] = weight(t[k], residual ? d[k] : 0.f, residual);
-        } else {
-          for (int k = 0; k < N && j0 + k < p.vocab; ++k)
-            w[u * N + k] = weight(kernels::to_float(trow[j0 + k]),
-                                  residual ? kernels::to_float(drow[j0 + k]) : 0.f, residual);
-        }
-      }
-      float local = 0.f;
+    for (int k = 0; k < kMaxCluster; ++k)
+      if (k < cluster) total += __shfl_sync(0xffffffffu, sum, k);
+    int winner = -1;
+    float carry = 0.f, threshold = 0.f;
+    if (total > 0.f) {
+      threshold = __fmul_rn(speculative_detail::uniform(seed, offset, b, p.n), total);
+      float prefix = 0.f;
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) local += w[k];
-      float tile = 0.f;
-      const float excl = block_exclusive_scan(local, s_scan, tile);
-      if (carry + tile > threshold) {  // uniform: every thread holds the same carry and tile
-        float run = carry + excl;
-#pragma unroll
-        for (int k = 0; k < kPer; ++k) {
-          run += w[k];
-          if (run > threshold && jj + k < p.vocab) {
-            atomicMin(&s_token, static_cast<int>(jj + k));
-            break;
+      for (int k = 0; k < kMaxCluster; ++k) {
+        if (k < cluster) {
+          const float next = prefix + __shfl_sync(0xffffffffu, sum, k);
+          if (winner < 0 && next > threshold) {
+            winner = k;
+            carry = prefix;
           }
+          prefix = next;
         }
-        __syncthreads();
-        if (s_token != 0x7fffffff) break;  // else rounding: no element crossed, go on
       }
-      carry += tile;
+    }
+    if (lane == 0) {
+      if (!(total > 0.f))
+        s.token = 0;  // a zero or NaN total
+      else if (winner < 0)
+        s.token = last < 0 ? 0 : last;  // an infinite total: rank 0 writes it
+      s.winner = winner;
+      s.residual = residual;
+      s.last = last;
+      s.carry = carry;
+      s.threshold = threshold;
+    }
+  }
+  __syncthreads();
+  // This CTA is done reading the others' shared memory (the values are used): a relaxed arrive,
+  // no fence; the others wait for it before they exit.
+  if (cluster > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  const int winner = s.winner;
+  // 4. The draw, by the CTA whose slice holds it.
+  if (winner == rank) {
+    const bool residual = s.residual;
+    const float threshold = s.threshold;
+    float carry = s.carry;
+    if (begin + kTile >= end && residual == has_residual) {
+      search_tile<N>(w, begin, carry, threshold, s);  // the slice is in registers
+    } else {
+      for (int64_t base = begin; base < end; base += kTile) {
+        load_tile<T, N>(trow, drow, residual, base, end, t, w);
+        carry += search_tile<N>(w, base, carry, threshold, s);
+        if (s.token != kNone) break;
+      }
+    }
+    if (tid == 0 && s.token == kNone) {  // rounding: no element crossed
+      const int own = residual ? s.part.last_res : s.part.last_t;
+      s.token = own >= 0 ? own : (s.last < 0 ? 0 : s.last);
     }
     __syncthreads();
-    token = s_token;
-    if (token >= p.vocab) token = last_positive < 0 ? 0 : last_positive;
   }
-  // Outputs.
+  // Outputs: rank 0 writes all but position r, which the drawing CTA (else rank 0) writes.
   int32_t* out = p.out + b * (p.n + 1);
-  for (int64_t i = tid; i <= p.n; i += kThreads) {
-    out[i] = i < r ? static_cast<int32_t>(p.ids.at(b, i)) : (i == r ? token : -1);
+  const bool writes_token = winner >= 0 ? winner == rank : rank == 0;
+  if (rank == 0) {
+    for (int64_t i = tid; i <= p.n; i += kThreads) {
+      if (i != r) out[i] = i < r ? static_cast<int32_t>(p.ids.at(b, i)) : -1;
+    }
+    if (tid == 0) {
+      p.accepted[b * p.accepted_s] = s.count;
+      p.emitted[b * p.emitted_s] = static_cast<int32_t>(r);
+    }
   }
-  if (tid == 0) {
-    p.accepted[b * p.accepted_s] = s_count;
-    p.emitted[b * p.emitted_s] = static_cast<int32_t>(r);
-  }
+  if (writes_token && tid == 0) out[r] = s.token;
   if (pdl) kernels::pdl_launch_dependents();
+  if (cluster > 1) cl.barrier_wait();  // keep s.part alive until every CTA has read it
+}
+
+// Whether clusters of `c` CTAs of `kernel` can be resident on the device (a GPU partition with
+// small GPCs may hold fewer), cached per device and size.
+template <typename T, int N>
+inline bool cluster_fits(int device, int c) {
+  static int cached[64][4] = {};  // 0 unknown, 1 no, 2 yes; c = 1, 2, 4, 8
+  int log = 0;
+  while ((1 << log) < c) ++log;
+  if (c <= 1 || log > 3) return c <= 1;
+  if (device >= 0 && device < 64 && cached[device][log]) return cached[device][log] == 2;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(c));
+  config.blockDim = dim3(kThreads);
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = static_cast<unsigned>(c);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  int clusters = 0;
+  const bool fits =
+      cudaOccupancyMaxActiveClusters(&clusters, chain_kernel<T, N>, &config) == cudaSuccess &&
+      clusters > 0;
+  if (!fits) cudaGetLastError();  // a refused query leaves no error behind
+  if (device >= 0 && device < 64) cached[device][log] = fits ? 2 : 1;
+  return fits;
+}
+
+// CTAs per request: a cluster of up to kMaxCluster while the batch alone leaves SMs idle (small
+// B) and every slice keeps kMinSlice elements or more; smaller where such clusters do not fit.
+template <typename T, int N>
+inline int cluster_for(int device, int64_t batch, int64_t vocab) {
+  const int64_t sms = kernels::sm_count(device);
+  int c = 1;
+  while (c < kMaxCluster && batch * c * 2 <= sms && vocab >= 2 * c * kMinSlice) c *= 2;
+  while (c > 1 && !cluster_fits<T, N>(device, c)) c /= 2;
+  return c;
+}
+
+template <typename T, int N>
+void launch(const kernels::Launch& ctx, int64_t batch, Params<T> p) {
+  p.cluster = cluster_for<T, N>(ctx.device, batch, p.vocab);
+  const int64_t per = (p.vocab + p.cluster - 1) / p.cluster;
+  p.slice = (per + N - 1) / N * N;  // slices start on whole packs
+  TVM_FFI_CHECK(batch * p.cluster < (int64_t{1} << 31), ValueError)
+      << ctx.op << ": the CUDA kernel takes B < 2^31 / " << p.cluster << " requests, got "
+      << batch;
+  const unsigned grid = static_cast<unsigned>(batch * p.cluster);
+  const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device, grid, kThreads);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = ctx.stream;
+  cudaLaunchAttribute attribute[2];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = static_cast<unsigned>(p.cluster);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  config.attrs = attribute;
+  config.numAttrs = 2;
+  kernels::check_launch(ctx.op, cudaLaunchKernelEx(&config, chain_kernel<T, N>, pdl, p));
 }
 
 }  // namespace chain_speculative_sampling_detail
@@ -363,10 +532,23 @@ inline void chain_speculative_sampling(tvm::ffi::TensorView output_token_ids,
                         reinterpret_cast<uintptr_t>(p.target) % align == 0 &&
                         reinterpret_cast<uintptr_t>(p.draft) % align == 0;
     if (packed)
-      kernels::launch(ctx, detail::chain_kernel<T, 4>, static_cast<unsigned>(batch),
-                      detail::kThreads, p);
+      detail::launch<T, 4>(ctx, batch, p);
     else
-      kernels::launch(ctx, detail::chain_kernel<T, 1>, static_cast<unsigned>(batch),
-                      detail::kThreads, p);
+      detail::launch<T, 1>(ctx, batch, p);
   });
+}
+
+// The CTAs per request (the cluster size) chain_speculative_sampling launches for draft_probs
+// [B, n, V] on its device: for tests asserting which path a shape takes.
+inline int64_t chain_speculative_sampling_cluster(tvm::ffi::TensorView draft_probs) {
+  constexpr const char* kOp = "speculative.chain_speculative_sampling";
+  kernels::check_ndim(kOp, "draft_probs", draft_probs, 3);
+  kernels::check_device(kOp, "draft_probs", draft_probs, kDLCUDA);
+  kernels::DeviceGuard guard(draft_probs);
+  int cluster = 1;
+  KERNELS_DISPATCH_FLOAT(draft_probs.dtype(), kOp, T, [&] {
+    cluster = chain_speculative_sampling_detail::cluster_for<T, 4>(
+        draft_probs.device().device_id, draft_probs.size(0), draft_probs.size(2));
+  });
+  return cluster;
 }

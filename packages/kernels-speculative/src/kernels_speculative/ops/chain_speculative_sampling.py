@@ -17,11 +17,21 @@ CHAIN_SPECULATIVE_SAMPLING_CUDA = ModuleSpec(
     name="chain_speculative_sampling",
     package="kernels_speculative",
     sources=("csrc/chain_speculative_sampling.cuh", "csrc/speculative_common.cuh"),
-    exports=(("chain_speculative_sampling", "chain_speculative_sampling"),),
-    description="CUDA: one CTA per request; the residual pass reads the two rows once",
+    exports=(
+        ("chain_speculative_sampling", "chain_speculative_sampling"),
+        ("chain_speculative_sampling_cluster", "chain_speculative_sampling_cluster"),
+    ),
+    description=(
+        "CUDA: a cluster of up to 8 CTAs per request over vocabulary slices; one pass over "
+        "the residual rows, the draw in the slice that holds it"
+    ),
 )
 _chain_speculative_sampling_cuda = CompiledFunction(
     CHAIN_SPECULATIVE_SAMPLING_CUDA, "chain_speculative_sampling"
+)
+# CTAs per request the kernel launches for draft_probs (tests assert the path a shape takes).
+_chain_speculative_sampling_cluster = CompiledFunction(
+    CHAIN_SPECULATIVE_SAMPLING_CUDA, "chain_speculative_sampling_cluster"
 )
 
 
