@@ -115,7 +115,13 @@ def _relative_name(path: Path, roots: list[Path]) -> str:
 
 
 def compile_flags(spec: ModuleSpec) -> list[str]:
-    """Flags that reach the compiler (include paths are added at build time and not keyed)."""
+    """Flags that reach the compiler (include paths are added at build time and not keyed).
+
+    ``-fno-gnu-unique``: a function-local static of a header's inline function (a per-kernel
+    opt-in or cache) is otherwise one STB_GNU_UNIQUE object for the whole process, shared by every
+    module that includes the header; one module's "done" then stands for another module's kernel
+    (2026-12-04: the router's shared-memory opt-in made fused_a's launch fail, and an A/B base
+    twin shares its statics with the new module). Each module keeps its own."""
     if spec.device == "cuda":
         base = [
             "-std=c++17",
@@ -124,10 +130,11 @@ def compile_flags(spec: ModuleSpec) -> list[str]:
             "-lineinfo",
             "--expt-relaxed-constexpr",
             "-Xcompiler=-fPIC",
+            "-Xcompiler=-fno-gnu-unique",
             *arch.gencode_flags(arch.cuda_archs()),
         ]
     else:
-        base = ["-std=c++17", "-O3", "-DNDEBUG", "-fPIC"]
+        base = ["-std=c++17", "-O3", "-DNDEBUG", "-fPIC", "-fno-gnu-unique"]
     return base + list(spec.flags)
 
 
