@@ -21,7 +21,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(3);
 
 #include <kernels/activation_math.cuh>
 #include <kernels/checks.h>
@@ -430,18 +430,9 @@ void run(T* out, const T* x, const WT* weight, const WT* bias, float* partial,
       2 * total_tiles <= workspace_floats && total_tiles < (int64_t{1} << 31)) {
     Fused f{static_cast<uint32_t>(tiles_per_group), static_cast<uint32_t>(total_tiles)};
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(resident, total_tiles));
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(grid);
-    config.blockDim = dim3(kFusedThreads);
-    config.dynamicSmemBytes = 0;
-    config.stream = ctx.stream;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeCooperative;
-    attribute[0].val.cooperative = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
+    kernels::LaunchConfig config(dim3(grid), dim3(kFusedThreads), 0, ctx.stream, false, 0, true);
     const cudaError_t status =
-        cudaLaunchKernelEx(&config, fused, false, out, x, weight, bias, partial, arrived, p, f);
+        config.launch(fused, false, out, x, weight, bias, partial, arrived, p, f);
     if (status != cudaErrorCooperativeLaunchTooLarge) {
       kernels::check_launch(ctx.op, status);
       return;

@@ -30,7 +30,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(3);
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -307,21 +307,9 @@ inline void launch(const kernels::Launch& ctx, Params p) {
   const KernelFn kernel = kernel_for<OutT>(pl.tiles, halves);
   const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device,
                                          static_cast<unsigned>(pl.ctas), kThreads);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(pl.ctas));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = ctx.stream;
-  cudaLaunchAttribute attribute[2];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  attribute[1].id = cudaLaunchAttributeClusterDimension;
-  attribute[1].val.clusterDim.x = static_cast<unsigned>(pl.split);
-  attribute[1].val.clusterDim.y = 1;
-  attribute[1].val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = pl.split > 1 ? 2 : 1;
-  kernels::check_launch(ctx.op, cudaLaunchKernelEx(&config, kernel, pdl, p));
+  kernels::LaunchConfig config(dim3(static_cast<unsigned>(pl.ctas)), dim3(kThreads), 0, ctx.stream,
+                               pdl, pl.split > 1 ? static_cast<unsigned>(pl.split) : 0);
+  kernels::check_launch(ctx.op, config.launch(kernel, pdl, p));
 }
 
 // The checks both ops share, on the weight as [N, K] with row stride `w_stride` (the router's w

@@ -16,7 +16,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(3);
 
 #include <kernels/checks.h>
 #include <kernels/dtype.h>
@@ -463,19 +463,9 @@ void launch(const kernels::Launch& ctx, int mode, int64_t rows, Params p) {
   // One CTA (or one cluster of p.cluster CTAs) per row; gridDim.x takes up to 2^31 - 1.
   TVM_FFI_CHECK(rows * p.cluster < (int64_t{1} << 31), ValueError)
       << ctx.op << ": the CUDA kernel takes B < 2^31 rows, got " << rows;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(rows * p.cluster));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = ctx.stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = static_cast<unsigned>(p.cluster);
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  kernels::check_launch(ctx.op, cudaLaunchKernelEx(&config, kernel, false, p));
+  kernels::LaunchConfig config(dim3(static_cast<unsigned>(rows * p.cluster)), dim3(kThreads), 0,
+                               ctx.stream, false, static_cast<unsigned>(p.cluster));
+  kernels::check_launch(ctx.op, config.launch(kernel, false, p));
 }
 
 // out [B, V] contiguous rows like x (same dtype); x [B, V] with a contiguous last dim; param a

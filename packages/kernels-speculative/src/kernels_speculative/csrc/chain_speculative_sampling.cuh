@@ -25,7 +25,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(3);
 
 #include <kernels/cuda_dtype.cuh>
 #include <kernels/dtype.h>
@@ -387,19 +387,11 @@ inline bool cluster_fits(int device, int c) {
   while ((1 << log) < c) ++log;
   if (c <= 1 || log > 3) return c <= 1;
   if (device >= 0 && device < 64 && cached[device][log]) return cached[device][log] == 2;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(c));
-  config.blockDim = dim3(kThreads);
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = static_cast<unsigned>(c);
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
+  const kernels::LaunchConfig query(dim3(static_cast<unsigned>(c)), dim3(kThreads), 0, nullptr,
+                                    false, static_cast<unsigned>(c));
   int clusters = 0;
   const bool fits =
-      cudaOccupancyMaxActiveClusters(&clusters, chain_kernel<T, N>, &config) == cudaSuccess &&
+      cudaOccupancyMaxActiveClusters(&clusters, chain_kernel<T, N>, &query.config) == cudaSuccess &&
       clusters > 0;
   if (!fits) cudaGetLastError();  // a refused query leaves no error behind
   if (device >= 0 && device < 64) cached[device][log] = fits ? 2 : 1;
@@ -427,21 +419,9 @@ void launch(const kernels::Launch& ctx, int64_t batch, Params<T> p) {
       << batch;
   const unsigned grid = static_cast<unsigned>(batch * p.cluster);
   const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device, grid, kThreads);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = ctx.stream;
-  cudaLaunchAttribute attribute[2];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = static_cast<unsigned>(p.cluster);
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[1].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  config.attrs = attribute;
-  config.numAttrs = 2;
-  kernels::check_launch(ctx.op, cudaLaunchKernelEx(&config, chain_kernel<T, N>, pdl, p));
+  kernels::LaunchConfig config(dim3(grid), dim3(kThreads), 0, ctx.stream, pdl,
+                               static_cast<unsigned>(p.cluster));
+  kernels::check_launch(ctx.op, config.launch(chain_kernel<T, N>, pdl, p));
 }
 
 }  // namespace chain_speculative_sampling_detail

@@ -55,22 +55,55 @@ inline bool pdl_for_grid(int enable, int device, unsigned grid, unsigned block) 
   return grid <= static_cast<unsigned>(kPdlMaxWaves) * per_sm * sm_count(device);
 }
 
+// A cudaLaunchConfig_t with the launch attributes the library's kernels use: PDL (the kernel
+// then takes `pdl` and calls pdl_wait), a 1-D thread-block cluster of `cluster` CTAs (0: no
+// cluster attribute), a cooperative grid. It owns the attribute array that config points into, so
+// it is built where the launch (or occupancy query on `config`) happens and is not copied.
+struct LaunchConfig {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute[3];
+
+  LaunchConfig(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, bool pdl,
+               unsigned cluster = 0, bool cooperative = false) {
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = attribute;
+    unsigned n = 0;
+    if (pdl) {
+      attribute[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attribute[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 0) {
+      attribute[n].id = cudaLaunchAttributeClusterDimension;
+      attribute[n].val.clusterDim.x = cluster;
+      attribute[n].val.clusterDim.y = 1;
+      attribute[n++].val.clusterDim.z = 1;
+    }
+    if (cooperative) {
+      attribute[n].id = cudaLaunchAttributeCooperative;
+      attribute[n++].val.cooperative = 1;
+    }
+    config.numAttrs = n;
+  }
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+
+  // The launch status (check it, e.g. with kernels::check_launch).
+  template <typename... Params, typename... Args>
+  cudaError_t launch(void (*kernel)(Params...), Args&&... args) {
+    return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  }
+};
+
 // Launches `kernel` on `stream`, with the PDL attribute when `pdl` is true. Returns the launch
 // status (check it, e.g. with kernels::check_launch).
 template <typename... Params, typename... Args>
 inline cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
                               cudaStream_t stream, bool pdl, Args&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  return LaunchConfig(grid, block, shared_bytes, stream, pdl).launch(kernel,
+                                                                     std::forward<Args>(args)...);
 }
 
 // The launch of both engines: `kernel(pdl, args...)` on the caller's stream, PDL as

@@ -8,10 +8,11 @@
 // and fails to compile, with a message naming both versions, against older headers.
 //
 // History: 1: the first released headers. 2: one pack type (kernels::Pack), the row engine with
-// op structs (rowwise.cuh), kernels::Launch and checked launches, kernels/tensor.h.
+// op structs (rowwise.cuh), kernels::Launch and checked launches, kernels/tensor.h. 3:
+// kernels::LaunchConfig (PDL, cluster and cooperative launch attributes in one place).
 #pragma once
 
-#define KERNELS_HEADERS_API 2
+#define KERNELS_HEADERS_API 3
 
 #define KERNELS_STRINGIFY_(x) #x
 #define KERNELS_STRINGIFY(x) KERNELS_STRINGIFY_(x)
