@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from shared.bench import suites
+
 ROOT = Path(__file__).resolve().parents[2]
 AB = ROOT / ".ab"
 HEADERS = "packages/kernels-jit/src/kernels_jit/include/kernels"
@@ -175,9 +177,8 @@ def run(groups: list[str], ops: list[str] | None, quick: bool, rounds: int) -> N
     print("|---|---|---|---|---|---|---|---|")
     for group in groups:
         kernels = Kernels(group, ops)
-        suite = importlib.import_module(f"shared.bench.suites.{group}")
-        for case in suite.cases(quick):
-            if "cuda" not in case.impls or (ops and not case.op.startswith(tuple(ops))):
+        for case in suites.cases(group, quick, ops):
+            if "cuda" not in case.impls:
                 continue
             same = same_bytes(case, kernels)
             sets = [case.make_inputs() for _ in range(sets_needed(case.bytes))]

@@ -22,7 +22,6 @@ hits all 9), so the benchmark found none of them.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import torch
 
-from shared.bench import peers
+from shared.bench import peers, suites
 
 PRECOMPILED_ENV = "KERNELS_BENCH_PRECOMPILED"
 
@@ -40,8 +39,7 @@ def _cases(group: str, quick: bool, ops: list[str] | None, mode: str) -> list:
     """The group's cases as the benchmark makes them under ``--static-compile mode`` (a
     torch_compile peer decides static or auto when its case is made)."""
     peers.set_compile_mode(mode)
-    suite = importlib.import_module(f"shared.bench.suites.{group}")
-    return [c for c in suite.cases(quick) if not ops or c.op.startswith(tuple(ops))]
+    return suites.cases(group, quick, ops)
 
 
 def _jobs(cases: list) -> list[list[int]]:

@@ -13,23 +13,24 @@ of cases in one device call.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 import torch
 
+from shared.bench import suites
+
 
 def find_case(group: str, op: str, shape: list[int], dtype: str | None):
-    suite = importlib.import_module(f"shared.bench.suites.{group}")
+    everything = suites.cases(group, False)
     found = [
         c
-        for c in suite.cases(False)
+        for c in everything
         if c.op == op
         and list(c.shape) == shape
         and (dtype is None or str(c.dtype).removeprefix("torch.") == dtype)
     ]
     if not found:
-        listed = sorted({f"{c.op} {list(c.shape)} {c.dtype}" for c in suite.cases(False)})
+        listed = sorted({f"{c.op} {list(c.shape)} {c.dtype}" for c in everything})
         wanted = f"{op} {shape} {dtype or ''}"
         raise SystemExit(f"no {group} case {wanted}; cases:\n" + "\n".join(listed))
     return found[0]

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from shared.bench import harness, peers, report
+from shared.bench import harness, peers, report, suites
 from shared.bench.precompile import PRECOMPILED_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,8 +74,8 @@ def run_group(
     commit_id: str,
     ops: list[str] | None = None,
 ) -> dict:
-    suite = importlib.import_module(f"shared.bench.suites.{group}")
-    cases = [c for c in suite.cases(quick) if not ops or c.op.startswith(tuple(ops))]
+    suite = importlib.import_module(f"shared.bench.suites.{group}")  # its cases and extra()
+    cases = suites.cases(group, quick, ops)
     records: list[harness.Record] = []
     columns = (
         TextColumn("[bold]{task.description}"),
