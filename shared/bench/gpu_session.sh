@@ -26,6 +26,8 @@
 # TESTS_K is pytest's -k expression. Run the tests in one process: with pytest-xdist (-n 8) the
 # three groups' GPU tests had reached 32% after 10 minutes, where one process runs them all in
 # about 6.5 (2026-12-02; likely each worker's inductor compile pool for the torch.compile tests).
+# TESTS_JOBS=2 or 3 deals the TESTS paths to that many pytest processes (gpu-tests-<j>.xml/.log):
+# a few processes of whole groups, not xdist's per-test workers (not yet timed on the H200).
 #
 # PRECOMPILE="group ..." compiles those groups' torch_compile peers in background processes from
 # the start (shared/bench/precompile.py: references whose inductor compile takes minutes); the
@@ -84,13 +86,42 @@ fi
   echo "flashinfer peer: ${KERNELS_PEER_FLASHINFER:-absent (no .peers/flashinfer/*.so carried)}"
   echo "static compile: ${STATIC_COMPILE:-${KERNELS_BENCH_STATIC_COMPILE:-targets}}"
 } 2>&1 | tee "$RESULTS/env.txt"
-if [ -n "${TESTS:-}" ]; then
+gpu_tests() {  # gpu_tests <name> <paths...>: one pytest process, results as <name>.{xml,log}
+  local name=$1
+  shift
   # TESTS_TIMEOUT (s) interrupts pytest (SIGINT: it still reports what ran) before the call's limit.
   timeout --signal=INT "${TESTS_TIMEOUT:-0}" \
-    python3 -m pytest $TESTS ${TESTS_K:+-k "$TESTS_K"} -m gpu -q -p no:cacheprovider -p no:logging \
-    --timeout=900 \
-    --junitxml="$RESULTS/gpu-tests.xml" 2>&1 | tee "$RESULTS/gpu-tests.log" | tail -40
-  status=$((status | PIPESTATUS[0]))
+    python3 -m pytest "$@" ${TESTS_K:+-k "$TESTS_K"} -m gpu -q -p no:cacheprovider -p no:logging \
+    --timeout=900 --junitxml="$RESULTS/$name.xml" >"$RESULTS/$name.log" 2>&1
+}
+if [ -n "${TESTS:-}" ]; then
+  if [ "${TESTS_JOBS:-1}" -gt 1 ]; then
+    # TESTS_JOBS=n: the TESTS paths dealt round-robin to n pytest processes sharing the GPU (a
+    # group's tests are mostly host work and module builds; list the big groups first).
+    lists=()
+    i=0
+    for path in $TESTS; do
+      lists[i % TESTS_JOBS]+=" $path"
+      i=$((i + 1))
+    done
+    pids=()
+    for j in "${!lists[@]}"; do
+      # shellcheck disable=SC2086
+      gpu_tests "gpu-tests-$j" ${lists[j]} &
+      pids[j]=$!
+    done
+    for j in "${!pids[@]}"; do
+      wait "${pids[j]}"
+      status=$((status | $?))
+      echo "gpu-tests-$j:${lists[j]}"
+      tail -3 "$RESULTS/gpu-tests-$j.log"
+    done
+  else
+    # shellcheck disable=SC2086
+    gpu_tests gpu-tests $TESTS
+    status=$((status | $?))
+    tail -40 "$RESULTS/gpu-tests.log"
+  fi
 fi
 if [ -n "${SANITIZE:-}" ]; then
   compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest $SANITIZE -m gpu -q \
