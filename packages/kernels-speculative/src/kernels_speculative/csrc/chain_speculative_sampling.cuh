@@ -69,6 +69,18 @@ struct Partial {
   int last_res, last_t;
 };
 
+// The sums and maxima of v over the 32 lanes of a warp (xor butterfly: every lane gets them).
+__device__ __forceinline__ Partial warp_reduce(Partial v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    v.sum_res += __shfl_xor_sync(0xffffffffu, v.sum_res, o);
+    v.sum_t += __shfl_xor_sync(0xffffffffu, v.sum_t, o);
+    v.last_res = max(v.last_res, __shfl_xor_sync(0xffffffffu, v.last_res, o));
+    v.last_t = max(v.last_t, __shfl_xor_sync(0xffffffffu, v.last_t, o));
+  }
+  return v;
+}
+
 template <typename T, int N>
 __device__ __forceinline__ void load(const T* p, int64_t j, float (&v)[N]) {
   if constexpr (N == 4 && sizeof(T) == 4) {
@@ -122,8 +134,7 @@ __device__ __forceinline__ void load_tile(const T* trow, const T* drow, bool res
 
 struct Shared {
   float scan[kPer][kWarps];  // up to kPer pack columns per block scan
-  float red_f[2][kWarps];
-  int red_i[2][kWarps];
+  Partial red[kWarps];  // each warp's sums and last indices
   Partial part;   // this CTA's, read by the cluster
   int reject, count, token;
   int winner;     // the slice holding the draw, -1 for none
@@ -259,31 +270,14 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
       }
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    sum_t += __shfl_xor_sync(0xffffffffu, sum_t, o);
-    sum_res += __shfl_xor_sync(0xffffffffu, sum_res, o);
-    last_t = max(last_t, __shfl_xor_sync(0xffffffffu, last_t, o));
-    last_res = max(last_res, __shfl_xor_sync(0xffffffffu, last_res, o));
-  }
-  if (lane == 0) {
-    s.red_f[0][warp] = sum_res;
-    s.red_f[1][warp] = sum_t;
-    s.red_i[0][warp] = last_res;
-    s.red_i[1][warp] = last_t;
-  }
+  const Partial mine = warp_reduce(Partial{sum_res, sum_t, last_res, last_t});
+  if (lane == 0) s.red[warp] = mine;
   __syncthreads();
   if (warp == 0) {  // kWarps == 32: one warp's partials per lane, summed in warp order
-    float a = s.red_f[0][lane], c = s.red_f[1][lane];
-    int la = s.red_i[0][lane], lc = s.red_i[1][lane];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      a += __shfl_xor_sync(0xffffffffu, a, o);
-      c += __shfl_xor_sync(0xffffffffu, c, o);
-      la = max(la, __shfl_xor_sync(0xffffffffu, la, o));
-      lc = max(lc, __shfl_xor_sync(0xffffffffu, lc, o));
-    }
-    if (lane == 0) s.part = Partial{has_residual ? a : 0.f, c, has_residual ? la : -1, lc};
+    const Partial all = warp_reduce(s.red[lane]);
+    if (lane == 0)
+      s.part = Partial{has_residual ? all.sum_res : 0.f, all.sum_t,
+                       has_residual ? all.last_res : -1, all.last_t};
   }
   // 3. The slices' sums, combined in rank order by every CTA: the weights, threshold, winner.
   cg::cluster_group cl = cg::this_cluster();
