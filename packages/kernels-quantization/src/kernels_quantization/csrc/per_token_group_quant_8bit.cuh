@@ -240,13 +240,7 @@ __global__ void __launch_bounds__(kThreads) group_kernel(bool pdl, const __grid_
     for (int j = 0; j < kP; ++j) {
       if (j >= p.ppl) break;
       float f[kPieceElems];
-#pragma unroll
-      for (int a = 0; a < kA; ++a) {
-        float part[kN];
-        v[u][j][a].unpack(part);
-#pragma unroll
-        for (int k = 0; k < kN; ++k) f[a * kN + k] = part[k];
-      }
+      quant::unpack_piece(v[u][j], f);
       quant::Q8<kPieceElems> out;
       out.template quantize_bounded<kInt8>(f, div);
       uint8_t* dst = q + offset(j, 0);
@@ -257,14 +251,7 @@ __global__ void __launch_bounds__(kThreads) group_kernel(bool pdl, const __grid_
       } else {
         // kN-byte stores (q's rows only kN-byte aligned).
 #pragma unroll
-        for (int a = 0; a < kA; ++a) {
-          if constexpr (kN == 8) {
-            __stcs(reinterpret_cast<uint2*>(dst + a * kN),
-                   make_uint2(out.w[2 * a], out.w[2 * a + 1]));
-          } else {
-            __stcs(reinterpret_cast<unsigned int*>(dst + a * kN), out.w[a]);
-          }
-        }
+        for (int a = 0; a < kA; ++a) out.template store_part_stream<kN>(dst + a * kN, a);
       }
     }
   }

@@ -88,13 +88,7 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
     const int first = (th.lane + j * p.tpr) * kA;  // the piece's first vector
     if (first >= vectors) break;
     float f[kPieceElems];
-#pragma unroll
-    for (int a = 0; a < kA; ++a) {
-      float part[kN];
-      v[j][a].unpack(part);
-#pragma unroll
-      for (int k = 0; k < kN; ++k) f[a * kN + k] = part[k];
-    }
+    quant::unpack_piece(v[j], f);
     quant::Q8<kPieceElems> out;
     out.template quantize_bounded<false>(f, div);
     uint8_t* dst = q + first * kN;
@@ -104,14 +98,7 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
       // A piece cut by the row's end, or q only kN-byte aligned: one store per vector.
 #pragma unroll
       for (int a = 0; a < kA; ++a) {
-        if (first + a < vectors) {
-          if constexpr (kN == 8) {
-            __stcs(reinterpret_cast<uint2*>(dst + a * kN),
-                   make_uint2(out.w[2 * a], out.w[2 * a + 1]));
-          } else {
-            __stcs(reinterpret_cast<unsigned int*>(dst + a * kN), out.w[a]);
-          }
-        }
+        if (first + a < vectors) out.template store_part_stream<kN>(dst + a * kN, a);
       }
     }
   }

@@ -221,7 +221,30 @@ struct Q8 {
       *p = static_cast<uint8_t>(w[0]);
     }
   }
+  // Codes [a * kPart, (a + 1) * kPart) alone (kPart = 8 or 4), streamed to p (kPart-byte
+  // aligned): a piece written one input vector at a time where q is not 16-byte aligned.
+  template <int kPart>
+  __device__ __forceinline__ void store_part_stream(uint8_t* p, int a) const {
+    static_assert(kPart == 8 || kPart == 4, "8 or 4 codes");
+    if constexpr (kPart == 8) {
+      __stcs(reinterpret_cast<uint2*>(p), make_uint2(w[2 * a], w[2 * a + 1]));
+    } else {
+      __stcs(reinterpret_cast<unsigned int*>(p), w[a]);
+    }
+  }
 };
+
+// The kA packs of one piece as its kA * P::size values, in order.
+template <typename P, int kA>
+__device__ __forceinline__ void unpack_piece(const P (&v)[kA], float (&f)[kA * P::size]) {
+#pragma unroll
+  for (int a = 0; a < kA; ++a) {
+    float part[P::size];
+    v[a].unpack(part);
+#pragma unroll
+    for (int k = 0; k < P::size; ++k) f[a * P::size + k] = part[k];
+  }
+}
 
 // The unsigned maximum over `width` (a power of two <= 32) aligned lanes of a warp.
 template <int kWidth>
