@@ -19,7 +19,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(3);
 
 #include <kernels/rowwise.cuh>
 
@@ -155,35 +155,6 @@ __global__ void __launch_bounds__(rowwise::kMaxBlock)
   }
 }
 
-// The register kernel's plan over `pieces` pieces per row: short rows on <= 32 lanes of a warp
-// (several rows per block); longer rows one per block, kMaxPieces per thread when there are rows
-// to fill the GPU, else the fewest per thread (from 1) that fit a block of kMaxBlock threads.
-inline rowwise::Plan plan_pieces(int64_t pieces, int64_t rows, int device, int max_pieces) {
-  rowwise::Plan plan{};
-  if (pieces <= 4) {
-    plan.vectors_per_thread = 1;
-    plan.tpr = kernels::next_pow2(pieces);
-  } else if (pieces <= 64) {
-    plan.vectors_per_thread = 2;
-    plan.tpr = kernels::next_pow2((pieces + 1) / 2);
-  } else if (pieces <= 32 * int64_t{max_pieces}) {
-    plan.vectors_per_thread = max_pieces;
-    plan.tpr = 32;
-  } else {
-    int per_thread = max_pieces;
-    if (rows <= 2 * int64_t{kernels::sm_count(device)}) {
-      per_thread = 1;
-      while (per_thread < max_pieces && pieces > int64_t{rowwise::kMaxBlock} * per_thread)
-        per_thread *= 2;
-    }
-    plan.vectors_per_thread = per_thread;
-    const int64_t threads = (pieces + per_thread - 1) / per_thread;
-    plan.tpr = static_cast<int>((threads + 31) / 32 * 32);
-  }
-  rowwise::finish_plan(plan, rows, device);
-  return plan;
-}
-
 template <typename T>
 inline void launch(const kernels::Launch& ctx, Params p, bool vector) {
   constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
@@ -193,7 +164,8 @@ inline void launch(const kernels::Launch& ctx, Params p, bool vector) {
   rowwise::Plan plan;
   void (*kernel)(bool, Params) = nullptr;
   if (vector && pieces <= int64_t{rowwise::kMaxBlock} * kMax) {
-    plan = plan_pieces(pieces, p.rows, ctx.device, kMax);
+    // Pieces are the plan's units; one per thread at decode (the least serial work per thread).
+    plan = rowwise::plan_registers(pieces, p.rows, ctx.device, kMax, 1);
     switch (plan.vectors_per_thread) {
       case 1:
         kernel = registers_kernel<T, kVec, 1>;

@@ -362,32 +362,34 @@ inline void finish_plan(Plan& plan, int64_t rows, int device) {
   plan.grid = static_cast<unsigned>(grid);
 }
 
-// Register kernels: `vectors` 16-byte vectors per row. Short rows spread over a few lanes of a
-// warp (qk heads of 128: 8 lanes x 2 vectors; up to 1024 bf16: one warp x 4). Longer rows:
-//   - few rows (at most two per SM: decode, small batches): the fewest vectors per thread, from 2,
-//     that fit a block of kMaxBlock threads (H = 4096 bf16: 256 threads x 2), so that a row's
-//     accesses spread over many threads;
-//   - more rows: 8 vectors per thread (H = 4096 bf16: 64 threads), which keeps more loads in
-//     flight per thread.
+// Register kernels: `vectors` 16-byte vectors per row (or other per-thread units: quantization
+// plans 16-element pieces with it). Short rows spread over a few lanes of a warp (qk heads of 128:
+// 8 lanes x 2 vectors; up to 1024 bf16: one warp x 4, or x max_per_thread if fewer). Longer rows:
+//   - few rows (at most two per SM: decode, small batches): the fewest vectors per thread, from
+//     `few_rows_min` (2), that fit a block of kMaxBlock threads (H = 4096 bf16: 256 threads x 2),
+//     so that a row's accesses spread over many threads;
+//   - more rows: max_per_thread (8) vectors per thread (H = 4096 bf16: 64 threads), which keeps
+//     more loads in flight per thread.
 // Measured on the H200 (2026-12-02, bf16): the wide layout took rmsnorm at one token from 1.57 to
 // 1.15 us and fused_add_rmsnorm from 2.07 to 1.57 us, but at 8192 rows and more it was up to 30%
 // slower than the 8-vector layout for rmsnorm and up to 28% for layernorm (7168 and 8192 wide).
 inline Plan plan_registers(int64_t vectors, int64_t rows, int device,
-                           int max_per_thread = kMaxVectorsPerThread) {
+                           int max_per_thread = kMaxVectorsPerThread, int few_rows_min = 2) {
   Plan plan{};
+  const int warp_per_thread = max_per_thread < 4 ? max_per_thread : 4;
   if (vectors <= 4) {
     plan.vectors_per_thread = 1;
     plan.tpr = next_pow2(vectors);
   } else if (vectors <= 64) {
     plan.vectors_per_thread = 2;
     plan.tpr = next_pow2((vectors + 1) / 2);
-  } else if (vectors <= 128) {
-    plan.vectors_per_thread = 4;
+  } else if (vectors <= 32 * int64_t{warp_per_thread}) {
+    plan.vectors_per_thread = warp_per_thread;
     plan.tpr = 32;
   } else {
     int per_thread = max_per_thread;
     if (rows <= 2 * int64_t{kernels::sm_count(device)}) {
-      per_thread = 2;
+      per_thread = few_rows_min;
       while (per_thread < max_per_thread && vectors > int64_t{kMaxBlock} * per_thread)
         per_thread *= 2;
     }

@@ -9,7 +9,8 @@
 //
 // History: 1: the first released headers. 2: one pack type (kernels::Pack), the row engine with
 // op structs (rowwise.cuh), kernels::Launch and checked launches, kernels/tensor.h. 3:
-// kernels::LaunchConfig (PDL, cluster and cooperative launch attributes in one place).
+// kernels::LaunchConfig (PDL, cluster and cooperative launch attributes in one place);
+// rowwise::plan_registers's few_rows_min.
 #pragma once
 
 #define KERNELS_HEADERS_API 3
