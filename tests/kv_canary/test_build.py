@@ -15,8 +15,9 @@ def test_cuda_sources_compile_for_sm90a():
     ]
 
 
-# One call per kernel path: write in one launch (N <= 128) and two, 1-3 sources (aligned and
-# unaligned words), verify with and without tokens, out-of-range slots (reported, never read).
+# One call per kernel path: write in one launch (N <= 128) and two, 1-3 sources (staged reads of
+# equal and unequal lengths, direct loads of unaligned words), verify with and without tokens,
+# out-of-range slots (reported, never read).
 _MEMCHECK_SCRIPT = """
 import torch
 from kernels_kv_canary import KVSource, kv_canary_verify, kv_canary_write
@@ -25,6 +26,7 @@ for n, ps in ((5, 16), (128, 1), (700, 16)):
     k = torch.randn(pages, ps, 8, 128, device="cuda").to(torch.bfloat16)
     mla = torch.randn(pages * ps, 20, device="cuda").to(torch.float8_e4m3fn)
     for sources in ([KVSource(k, ps, 2048, 2048)], [KVSource(k, ps, 2048, 2048),
+                    KVSource(k, ps, 2048, 1040)], [KVSource(k, ps, 2048, 2048),
                     KVSource(k, ps, 2048, 1000), KVSource(mla, 1, 20, 13)]):
         canary = torch.zeros(pages * ps, 4, dtype=torch.int64, device="cuda")
         slots = torch.randperm(pages * ps, device="cuda")[:n]

@@ -237,16 +237,21 @@ def test_opcheck_and_compile():
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
-def _realistic(entries: int, device: str, page_size: int = 16, seed: int = 0, odd: bool = False):
-    """K and V caches of 8 heads x 128 bf16 per token (2 KiB each); ``odd`` adds an fp8 cache read
-    13 bytes at a time at a 20-byte pitch (the unaligned word path) as a third source."""
+def _realistic(entries: int, device: str, page_size: int = 16, seed: int = 0, odd=False):
+    """K and V caches of 8 heads x 128 bf16 per token (2 KiB each); ``odd=True`` adds an fp8 cache
+    read 13 bytes at a time at a 20-byte pitch (the unaligned, direct-load path) as a third
+    source; ``odd="mixed"`` a bf16 cache read 1040 of its 1056 bytes per token (16-byte aligned:
+    the staged path, with a source shorter than the others and a partial last 128-byte chunk)."""
     g = torch.Generator().manual_seed(seed)
     slots_total = max(4 * entries, 64)
     pages = (slots_total + page_size - 1) // page_size
     k = torch.randn(pages, page_size, 8, 128, generator=g).to(torch.bfloat16).to(device)
     v = torch.randn(pages, page_size, 8, 128, generator=g).to(torch.bfloat16).to(device)
     sources = [KVSource(k, page_size, 2048, 2048), KVSource(v, page_size, 2048, 2048)]
-    if odd:
+    if odd == "mixed":
+        mla = torch.randn(pages * page_size, 528, generator=g).to(torch.bfloat16)
+        sources.append(KVSource(mla.to(device), 1, 1056, 1040))
+    elif odd:
         mla = torch.randn(pages * page_size, 20, generator=g).to(torch.float8_e4m3fn)
         sources.append(KVSource(mla.to(device), 1, 20, 13))
     canary = torch.randint(
@@ -277,7 +282,7 @@ def _realistic(entries: int, device: str, page_size: int = 16, seed: int = 0, od
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("entries", [1, 7, 64, 128, 129, 1000])
-@pytest.mark.parametrize("odd", [False, True])
+@pytest.mark.parametrize("odd", [False, True, "mixed"])
 def test_backends_match_reference_bit_for_bit(device, entries, odd):
     canary, sources, slots, tokens, positions, indptr, seeds = _realistic(
         entries, device, page_size=1 if odd else 16, seed=entries, odd=odd

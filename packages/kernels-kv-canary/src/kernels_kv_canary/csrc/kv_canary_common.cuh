@@ -8,6 +8,8 @@ KERNELS_REQUIRE_HEADERS_API(2);
 
 #include <kernels/checks.h>
 #include <kernels/dtype.h>
+#include <kernels/launch.cuh>
+#include <kernels/pdl.cuh>
 #include <kernels/tensor.h>
 
 #include <cstdint>
@@ -93,15 +95,138 @@ __device__ __forceinline__ uint64_t source_hash(const Source& s, int64_t slot) {
   return hash_bytes(p, s.read_bytes);
 }
 
+// Staged reads, when every source is 16-byte aligned with 16-byte multiples (bf16/fp16 heads, MLA
+// rows): each warp owns a ring of kStages chunks of kChunk bytes per lane in shared memory, filled
+// by cp.async kStages - 1 chunks ahead of the lanes' folds, so the sequential fmix chain never
+// waits on DRAM after the first chunk. The warp copies cooperatively: each 16-byte cp.async
+// instruction covers four lanes' whole 128-byte lines (8 lanes per line), so the memory system
+// sees whole lines, where one thread's own 16-byte loads (32 random slots per warp instruction)
+// reached ~40% of copy. No registers hold data in flight and no block barriers.
+namespace staged {
+
+constexpr int kChunk = 128, kStages = 3;
+constexpr int kPitch = kChunk + 16;  // a lane's slice: +16 bytes puts 8 lanes on distinct banks
+constexpr int kWarpBytes = kStages * 32 * kPitch;
+constexpr int kLanesPerLine = kChunk / 16, kLinesPerCopy = 32 / kLanesPerLine;
+constexpr int kCopies = 32 / kLinesPerCopy;  // 16-byte copies per lane per chunk
+
+// Dynamic shared memory of a CTA of `threads` threads.
+__host__ __device__ constexpr int block_bytes(int threads) { return threads / 32 * kWarpBytes; }
+
+// Whether every source qualifies: base, row pitch, token pitch and read_bytes multiples of 16.
+__host__ __device__ inline bool eligible(const Sources& src) {
+  for (int k = 0; k < src.count; ++k) {
+    const Source& s = src.s[k];
+    if ((reinterpret_cast<uintptr_t>(s.bytes) | s.row_bytes | s.bytes_per_token | s.read_bytes) &
+        15)
+      return false;
+  }
+  return true;
+}
+
+// One warp's ring (its kWarpBytes of shared memory).
+struct Ring {
+  unsigned char* base;
+  __device__ void init(unsigned char* block_smem) {
+    base = block_smem + (threadIdx.x / 32) * kWarpBytes;
+  }
+  __device__ unsigned char* slice(int stage, int lane) const {
+    return base + (stage * 32 + lane) * kPitch;
+  }
+};
+
+// Lane `lane`'s part of the copies of chunk c into stage c % kStages: 16 bytes at offset
+// 16 (lane % 8) of the chunks of lanes 4 k + lane / 8 (their pointers and lengths in src/len),
+// then one commit group (empty past the end, so the group count stays uniform).
+__device__ __forceinline__ void issue(const Ring& r, const uint8_t* const (&src)[kCopies],
+                                      const uint32_t (&len)[kCopies], uint32_t c,
+                                      bool any) {
+  const int lane = threadIdx.x & 31, part = 16 * (lane % kLanesPerLine);
+  const uint32_t off = c * kChunk + part;
+  if (any) {
+#pragma unroll
+    for (int k = 0; k < kCopies; ++k) {
+      const int owner = kLinesPerCopy * k + lane / kLanesPerLine;
+      if (off < len[k]) {
+        const uint32_t dst = static_cast<uint32_t>(
+            __cvta_generic_to_shared(r.slice(c % kStages, owner) + part));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src[k] + off)
+                     : "memory");
+      }
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// hash_bytes(p, n) for each lane (n a multiple of 16, 0 for a lane with nothing to hash), every
+// lane of the warp calling it together. Leaves no copy in flight.
+__device__ __forceinline__ uint64_t hash(const Ring& r, const uint8_t* p, uint32_t n) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t chunks = (n + kChunk - 1) / kChunk;
+  const uint32_t total = __reduce_max_sync(0xffffffffu, chunks);
+  const uint8_t* src[kCopies];
+  uint32_t len[kCopies];
+#pragma unroll
+  for (int k = 0; k < kCopies; ++k) {
+    const int owner = kLinesPerCopy * k + lane / kLanesPerLine;
+    src[k] = reinterpret_cast<const uint8_t*>(
+        __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(p), owner));
+    len[k] = __shfl_sync(0xffffffffu, n, owner);
+  }
+#pragma unroll
+  for (int c = 0; c < kStages - 1; ++c) issue(r, src, len, c, c < total);
+  uint64_t h = 0;
+  for (uint32_t c = 0; c < total; ++c) {
+    // Chunk c + kStages - 1 goes into the stage freed at the end of iteration c - 1.
+    issue(r, src, len, c + kStages - 1, c + kStages - 1 < total);
+    asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
+    __syncwarp();  // the other lanes' copies of my chunk have landed
+    const uint32_t left = n > c * kChunk ? n - c * kChunk : 0;
+    const uint4* q = reinterpret_cast<const uint4*>(r.slice(c % kStages, lane));
+#pragma unroll
+    for (int k = 0; k < kChunk / 16; ++k) {
+      if (16u * k < left) {
+        const uint4 v = q[k];
+        h = fmix(h ^ ((static_cast<uint64_t>(v.y) << 32) | v.x));
+        h = fmix(h ^ ((static_cast<uint64_t>(v.w) << 32) | v.z));
+      }
+    }
+    __syncwarp();  // every lane has read stage c % kStages before it is refilled
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  return h;
+}
+
+}  // namespace staged
+
+// Source k's hash of `slot` for this lane (0 when !active), staged (every lane of the warp
+// calling together, through `ring`) or by direct loads.
+template <bool kStaged>
+__device__ __forceinline__ uint64_t lane_source_hash(const Sources& src, int k, int64_t slot,
+                                                     bool active, staged::Ring* ring) {
+  if constexpr (kStaged) {
+    const uint8_t* p = nullptr;
+    uint32_t n = 0;
+    if (active) {
+      const Source& s = src.s[k];
+      p = s.bytes + (slot / s.page_size) * s.row_bytes + (slot % s.page_size) * s.bytes_per_token;
+      n = static_cast<uint32_t>(s.read_bytes);
+    }
+    return staged::hash(*ring, p, n);
+  } else {
+    return active ? source_hash(src.s[k], slot) : 0;
+  }
+}
+
 // kv_hash(slot) of OPS.md section 15 over groups of 2^group_log2 adjacent lanes: lane k of the
 // group hashes source k (when `valid`), the shuffles fold them in source order. Every lane of the
 // warp must call it (full-mask shuffles); every lane of the group gets the hash.
+template <bool kStaged>
 __device__ __forceinline__ uint64_t group_kv_hash(const Sources& src, int64_t slot, bool valid,
-                                                  int group_log2) {
+                                                  int group_log2, staged::Ring* ring) {
   const int g = 1 << group_log2;
   const int lane = threadIdx.x & 31, k = lane & (g - 1), base = lane & ~(g - 1);
-  uint64_t h = 0;
-  if (valid && k < src.count) h = source_hash(src.s[k], slot);
+  const uint64_t h = lane_source_hash<kStaged>(src, k, slot, valid && k < src.count, ring);
   uint64_t acc = 0;
   for (int j = 0; j < src.count; ++j) acc = fmix(acc ^ __shfl_sync(0xffffffffu, h, base + j));
   return acc;
@@ -118,6 +243,23 @@ __device__ __forceinline__ uint64_t slot_hash(const int64_t* canary, int64_t row
 }  // namespace kv_canary_detail
 
 namespace kv_canary_host {
+
+// Launches `kernel(pdl, args...)` with `smem` bytes of dynamic shared memory (opted in above the
+// 48 KiB default once per device), PDL as kernels::launch decides.
+template <typename... Params, typename... Args>
+inline void launch_with_smem(const kernels::Launch& ctx, void (*kernel)(bool, Params...),
+                             unsigned grid, unsigned block, int smem, Args&&... args) {
+  static bool opted_in[64] = {};
+  if (smem > 48 * 1024 && (ctx.device >= 64 || !opted_in[ctx.device])) {
+    kernels::check_launch(
+        ctx.op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (ctx.device < 64) opted_in[ctx.device] = true;
+  }
+  const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device, grid, block);
+  kernels::check_launch(ctx.op, kernels::launch_pdl(kernel, dim3(grid), dim3(block), smem,
+                                                    ctx.stream, pdl, pdl,
+                                                    std::forward<Args>(args)...));
+}
 
 inline kv_canary_detail::IndexRef index_vector(const char* op, const char* arg,
                                                const tvm::ffi::TensorView& t,

@@ -1,8 +1,10 @@
 // kv_canary.kv_canary_verify, CUDA: fail_bits[i] = 1 chain | 2 position | 4 kv bytes | 8 token
 // (OPS.md section 15), bit for bit with the torch reference. G = 1, 2 or 4 adjacent threads per
 // entry (the number of sources rounded up to a power of two), each hashing one source's bytes of
-// the slot (16-byte loads, 64 bytes in flight per thread, the fmix fold in registers), combined
-// through warp shuffles in source order; the group's first thread checks the canary row. A slot
+// the slot, combined through warp shuffles in source order; the group's first thread checks the
+// canary row. The bytes arrive staged (kv_canary_common.cuh: cooperative cp.async of whole lines
+// into a per-warp shared-memory ring, CTAs of 128 threads) when every source is 16-byte aligned, else by
+// direct 16/8/1-byte loads (CTAs of 256). A slot
 // outside the canary or a source's rows, or a prev slot outside the canary, is reported with every
 // bit set (15) without a read out of bounds (the torch reference raises). No host sync.
 #pragma once
@@ -17,7 +19,7 @@ KERNELS_REQUIRE_HEADERS_API(2);
 
 namespace kv_canary_verify_detail {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256, kStagedThreads = 128;
 
 struct Params {
   int32_t* fail_bits;
@@ -31,9 +33,13 @@ struct Params {
   int group_log2;
 };
 
+template <bool kStaged>
 __global__ void __launch_bounds__(kThreads) verify_kernel(bool pdl, Params p) {
   using namespace kv_canary_detail;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  extern __shared__ __align__(128) unsigned char smem[];
+  staged::Ring ring;
+  if constexpr (kStaged) ring.init(smem);
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int g = 1 << p.group_log2;
   const int64_t i = t >> p.group_log2;
   const int k = static_cast<int>(t & (g - 1));
@@ -42,8 +48,7 @@ __global__ void __launch_bounds__(kThreads) verify_kernel(bool pdl, Params p) {
   if (i < p.entries) slot = p.slots[i];
   const bool checked = i < p.entries && slot >= 0 && slot != p.skip_slot;
   const bool in_range = checked && slot < p.canary_rows && slot_in_sources(p.src, slot);
-  uint64_t h = 0;
-  if (in_range && k < p.src.count) h = source_hash(p.src.s[k], slot);
+  const uint64_t h = lane_source_hash<kStaged>(p.src, k, slot, in_range && k < p.src.count, &ring);
   // Combine the group's source hashes in source order: acc = fmix(acc ^ h_k).
   const int lane = threadIdx.x & 31, base = lane & ~(g - 1);
   uint64_t acc = 0;
@@ -130,6 +135,13 @@ inline void kv_canary_verify(
   p.skip_slot = skip_slot;
   p.group_log2 = p.src.count > 2 ? 2 : (p.src.count > 1 ? 1 : 0);
   const int64_t threads = p.entries << p.group_log2;
-  kernels::launch(ctx, detail::verify_kernel, kernels::ceil_div(threads, detail::kThreads),
-                  detail::kThreads, p);
+  if (kv_canary_detail::staged::eligible(p.src)) {
+    constexpr int kBlock = detail::kStagedThreads;
+    kv_canary_host::launch_with_smem(ctx, detail::verify_kernel<true>,
+                                     kernels::ceil_div(threads, kBlock), kBlock,
+                                     kv_canary_detail::staged::block_bytes(kBlock), p);
+  } else {
+    kernels::launch(ctx, detail::verify_kernel<false>,
+                    kernels::ceil_div(threads, detail::kThreads), detail::kThreads, p);
+  }
 }

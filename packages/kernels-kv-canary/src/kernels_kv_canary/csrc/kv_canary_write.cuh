@@ -4,10 +4,12 @@
 // Every seed is read before any canary row is written:
 //  - N <= 128 entries: one CTA of 256 threads, one launch: a thread per request walks its chain
 //    into shared memory, a barrier, then 1, 2 or 4 threads per entry (one per source) hash its KV
-//    bytes (16-byte loads) and the group's first thread writes the row.
+//    bytes and the group's first thread writes the row.
 //  - larger N: two launches: the chains (a thread per request) into a caller-provided int64
 //    workspace [N], then the hashes and writes across the grid (PDL keeps them back to back).
-// Entries are hashed in parallel; only the cheap chain (3 fmix per entry) is sequential. Index
+// Entries are hashed in parallel; only the cheap chain (3 fmix per entry) is sequential. The KV
+// bytes arrive staged (kv_canary_common.cuh: cooperative cp.async of whole lines into a per-warp
+// shared-memory ring; the hash launch in CTAs of 128) when every source is 16-byte aligned, else by direct loads. Index
 // values are preconditions: a slot outside the canary or a source's rows is not written, a seed
 // outside the canary hashes as ANCHOR, a request whose pointers fall outside [0, N] or decrease
 // is skipped; the kernel never reads or writes out of bounds (the torch reference raises).
@@ -23,7 +25,7 @@ KERNELS_REQUIRE_HEADERS_API(2);
 
 namespace kv_canary_write_detail {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256, kStagedThreads = 128;
 constexpr int kSmallEntries = 128;
 
 struct Params {
@@ -50,14 +52,17 @@ __device__ __forceinline__ void walk_chain(const Params& p, int64_t r, int64_t* 
 }
 
 // Thread t of the hash phase: entry t >> group_log2; hashes, then the group's first lane writes.
+template <bool kStaged>
 __device__ __forceinline__ void hash_and_write(const Params& p, int64_t t, const int64_t* prev,
-                                               int64_t first, int64_t last) {
+                                               int64_t first, int64_t last,
+                                               kv_canary_detail::staged::Ring* ring) {
   const int64_t e = t >> p.group_log2;
   int64_t slot = -1;
   if (e >= first && e < last) slot = p.slots[e];
   const bool valid =
       slot >= 0 && slot < p.canary_rows && kv_canary_detail::slot_in_sources(p.src, slot);
-  const uint64_t acc = kv_canary_detail::group_kv_hash(p.src, slot, valid, p.group_log2);
+  const uint64_t acc =
+      kv_canary_detail::group_kv_hash<kStaged>(p.src, slot, valid, p.group_log2, ring);
   if (valid && (t & ((1 << p.group_log2) - 1)) == 0) {
     int64_t* row = p.canary + slot * 4;
     row[0] = p.tokens[e];
@@ -75,8 +80,12 @@ __device__ __forceinline__ void covered(const Params& p, int64_t& first, int64_t
   last = last > p.entries ? p.entries : last;
 }
 
+template <bool kStaged>
 __global__ void __launch_bounds__(kThreads) small_kernel(bool pdl, Params p) {
   __shared__ int64_t prev[kSmallEntries];
+  extern __shared__ __align__(128) unsigned char smem[];
+  kv_canary_detail::staged::Ring ring;
+  if constexpr (kStaged) ring.init(smem);
   if (pdl) kernels::pdl_wait();
   for (int64_t r = threadIdx.x; r < p.requests; r += kThreads) walk_chain(p, r, prev);
   __syncthreads();  // every seed is read before any row is written
@@ -84,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) small_kernel(bool pdl, Params p) {
   covered(p, first, last);
   const int64_t total = p.entries << p.group_log2;
   for (int64_t base = 0; base < total; base += kThreads)
-    hash_and_write(p, base + threadIdx.x, prev, first, last);
+    hash_and_write<kStaged>(p, base + threadIdx.x, prev, first, last, &ring);
   if (pdl) kernels::pdl_launch_dependents();
 }
 
@@ -95,12 +104,16 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params p) {
   if (pdl) kernels::pdl_launch_dependents();
 }
 
+template <bool kStaged>
 __global__ void __launch_bounds__(kThreads) hash_kernel(bool pdl, Params p) {
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  extern __shared__ __align__(128) unsigned char smem[];
+  kv_canary_detail::staged::Ring ring;
+  if constexpr (kStaged) ring.init(smem);
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (pdl) kernels::pdl_wait();
   int64_t first, last;
   covered(p, first, last);
-  hash_and_write(p, t, p.prev, first, last);
+  hash_and_write<kStaged>(p, t, p.prev, first, last, &ring);
   if (pdl) kernels::pdl_launch_dependents();
 }
 
@@ -158,14 +171,27 @@ inline void kv_canary_write(
   p.canary = kernels::data<int64_t>(canary);
   p.canary_rows = canary.size(0);
   p.group_log2 = p.src.count > 2 ? 2 : (p.src.count > 1 ? 1 : 0);
+  namespace staged = kv_canary_detail::staged;
+  const bool staged_reads = staged::eligible(p.src);
   if (small) {
-    kernels::launch(ctx, detail::small_kernel, 1, detail::kThreads, p);
+    if (staged_reads)
+      kv_canary_host::launch_with_smem(ctx, detail::small_kernel<true>, 1, detail::kThreads,
+                                       staged::block_bytes(detail::kThreads), p);
+    else
+      kernels::launch(ctx, detail::small_kernel<false>, 1, detail::kThreads, p);
     return;
   }
   p.prev = kernels::data<int64_t>(workspace);
   kernels::launch(ctx, detail::chain_kernel, kernels::ceil_div(p.requests, detail::kThreads),
                   detail::kThreads, p);
-  kernels::launch(ctx, detail::hash_kernel,
-                  kernels::ceil_div(p.entries << p.group_log2, detail::kThreads),
-                  detail::kThreads, p);
+  const int64_t threads = p.entries << p.group_log2;
+  if (staged_reads) {
+    constexpr int kBlock = detail::kStagedThreads;
+    kv_canary_host::launch_with_smem(ctx, detail::hash_kernel<true>,
+                                     kernels::ceil_div(threads, kBlock), kBlock,
+                                     staged::block_bytes(kBlock), p);
+  } else {
+    kernels::launch(ctx, detail::hash_kernel<false>,
+                    kernels::ceil_div(threads, detail::kThreads), detail::kThreads, p);
+  }
 }
