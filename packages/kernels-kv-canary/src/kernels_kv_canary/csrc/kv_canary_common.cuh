@@ -113,12 +113,14 @@ constexpr int kCopies = 32 / kLinesPerCopy;  // 16-byte copies per lane per chun
 // Dynamic shared memory of a CTA of `threads` threads.
 __host__ __device__ constexpr int block_bytes(int threads) { return threads / 32 * kWarpBytes; }
 
-// Whether every source qualifies: base, row pitch, token pitch and read_bytes multiples of 16.
+// Whether every source qualifies: base, row pitch, token pitch and read_bytes multiples of 16
+// (read_bytes below 2^31: lengths are 32-bit there).
 __host__ __device__ inline bool eligible(const Sources& src) {
   for (int k = 0; k < src.count; ++k) {
     const Source& s = src.s[k];
     if ((reinterpret_cast<uintptr_t>(s.bytes) | s.row_bytes | s.bytes_per_token | s.read_bytes) &
-        15)
+            15 ||
+        s.read_bytes >= (int64_t{1} << 31))
       return false;
   }
   return true;
