@@ -246,11 +246,13 @@ __device__ __forceinline__ uint64_t slot_hash(const int64_t* canary, int64_t row
 
 namespace kv_canary_host {
 
-// Launches `kernel(pdl, args...)` with `smem` bytes of dynamic shared memory (opted in above the
-// 48 KiB default once per device), PDL as kernels::launch decides.
-template <typename... Params, typename... Args>
-inline void launch_with_smem(const kernels::Launch& ctx, void (*kernel)(bool, Params...),
-                             unsigned grid, unsigned block, int smem, Args&&... args) {
+// Launches `kKernel(pdl, args...)` with `smem` bytes of dynamic shared memory (opted in above the
+// 48 KiB default once per kernel and device: a template per kernel, so kernels of one signature
+// do not share the flag), PDL as kernels::launch decides.
+template <auto kKernel, typename... Args>
+inline void launch_with_smem(const kernels::Launch& ctx, unsigned grid, unsigned block, int smem,
+                             Args&&... args) {
+  constexpr auto kernel = kKernel;
   static bool opted_in[64] = {};
   if (smem > 48 * 1024 && (ctx.device >= 64 || !opted_in[ctx.device])) {
     kernels::check_launch(

@@ -137,9 +137,9 @@ inline void kv_canary_verify(
   const int64_t threads = p.entries << p.group_log2;
   if (kv_canary_detail::staged::eligible(p.src)) {
     constexpr int kBlock = detail::kStagedThreads;
-    kv_canary_host::launch_with_smem(ctx, detail::verify_kernel<true>,
-                                     kernels::ceil_div(threads, kBlock), kBlock,
-                                     kv_canary_detail::staged::block_bytes(kBlock), p);
+    kv_canary_host::launch_with_smem<detail::verify_kernel<true>>(
+        ctx, kernels::ceil_div(threads, kBlock), kBlock,
+        kv_canary_detail::staged::block_bytes(kBlock), p);
   } else {
     kernels::launch(ctx, detail::verify_kernel<false>,
                     kernels::ceil_div(threads, detail::kThreads), detail::kThreads, p);

@@ -175,8 +175,8 @@ inline void kv_canary_write(
   const bool staged_reads = staged::eligible(p.src);
   if (small) {
     if (staged_reads)
-      kv_canary_host::launch_with_smem(ctx, detail::small_kernel<true>, 1, detail::kThreads,
-                                       staged::block_bytes(detail::kThreads), p);
+      kv_canary_host::launch_with_smem<detail::small_kernel<true>>(
+          ctx, 1, detail::kThreads, staged::block_bytes(detail::kThreads), p);
     else
       kernels::launch(ctx, detail::small_kernel<false>, 1, detail::kThreads, p);
     return;
@@ -187,9 +187,8 @@ inline void kv_canary_write(
   const int64_t threads = p.entries << p.group_log2;
   if (staged_reads) {
     constexpr int kBlock = detail::kStagedThreads;
-    kv_canary_host::launch_with_smem(ctx, detail::hash_kernel<true>,
-                                     kernels::ceil_div(threads, kBlock), kBlock,
-                                     staged::block_bytes(kBlock), p);
+    kv_canary_host::launch_with_smem<detail::hash_kernel<true>>(
+        ctx, kernels::ceil_div(threads, kBlock), kBlock, staged::block_bytes(kBlock), p);
   } else {
     kernels::launch(ctx, detail::hash_kernel<false>,
                     kernels::ceil_div(threads, detail::kThreads), detail::kThreads, p);
