@@ -4,8 +4,9 @@
 // the slot, combined through warp shuffles in source order; the group's first thread checks the
 // canary row. The bytes arrive staged (kv_canary_common.cuh: cooperative cp.async of whole lines
 // into a per-warp shared-memory ring, CTAs of 128 threads) when every source is 16-byte aligned,
-// else by direct 16/8/1-byte loads (CTAs of 256). A slot outside the canary or a source's rows, or a prev slot outside the canary, is reported with every
-// bit set (15) without a read out of bounds (the torch reference raises). No host sync.
+// else by direct 16/8/1-byte loads (CTAs of 256). A slot outside the canary or a source's rows, or
+// a prev slot outside the canary, is reported with every bit set (15) without a read out of bounds
+// (the torch reference raises). No host sync.
 #pragma once
 
 #include <kernels/version.h>

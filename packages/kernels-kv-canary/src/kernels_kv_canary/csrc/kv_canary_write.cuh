@@ -9,10 +9,11 @@
 //    workspace [N], then the hashes and writes across the grid (PDL keeps them back to back).
 // Entries are hashed in parallel; only the cheap chain (3 fmix per entry) is sequential. The KV
 // bytes arrive staged (kv_canary_common.cuh: cooperative cp.async of whole lines into a per-warp
-// shared-memory ring; the hash launch in CTAs of 128) when every source is 16-byte aligned, else
-// by direct loads. Index values are preconditions: a slot outside the canary or a source's rows is not written, a seed
-// outside the canary hashes as ANCHOR, a request whose pointers fall outside [0, N] or decrease
-// is skipped; the kernel never reads or writes out of bounds (the torch reference raises).
+// shared-memory ring; the hash launch in CTAs of 128) when every source is 16-byte aligned, else by
+// direct loads. Index values are preconditions: a slot outside the canary or a source's rows is not
+// written, a seed outside the canary hashes as ANCHOR, a request whose pointers fall outside [0, N]
+// or decrease is skipped; the kernel never reads or writes out of bounds (the torch reference
+// raises).
 #pragma once
 
 #include <kernels/version.h>
