@@ -14,7 +14,8 @@ def test_cuda_sources_compile_for_sm90a():
 
 # One call per kernel path: solve_lp with A in shared memory (fp32, fp64) and in global memory,
 # the trivial m = 0 / n = 0 problems, infeasible and iteration-limited problems; lplb_dispatch with
-# default and given counts, int64 ids, negative and out-of-range ids, and a broken layout.
+# default and given counts, int64 ids, negative and out-of-range ids, and a broken layout; the draw
+# alone on given shares (int32/int64, no slots, a broken layout).
 _MEMCHECK_SCRIPT = """
 import torch
 from kernels_lplb import lplb_dispatch, solve_lp
@@ -41,6 +42,11 @@ for ids, p2l, l2p, cnt in ((topk, phy2log, log2phy, None), (topk, phy2log, log2p
 bad = topk.clone()
 bad[0, 0] = 300
 lplb_dispatch(bad.cuda(), (phy2log + 1000).cuda(), log2phy.cuda(), 8)
+_, shares = lplb_dispatch(topk.cuda(), phy2log.cuda(), log2phy.cuda(), 8)
+broken = torch.where(log2phy >= 0, log2phy + 5000, -1)  # the draw alone: any values stay in bounds
+for ids, l2p in ((topk, log2phy), (topk.long(), log2phy.long()), (topk[:0], log2phy),
+                 (bad, broken)):
+    lplb_dispatch(ids.cuda(), phy2log.cuda(), l2p.cuda(), 8, shares=shares)
 torch.cuda.synchronize()
 print("done")
 """

@@ -230,10 +230,14 @@ def test_opcheck():
         log2phy,
         4,
         None,
+        None,
         7,
         None,
     )
     torch.library.opcheck(LPLB_DISPATCH.torch_op, args)
+    shares, _ = reference.replica_shares(phy2log, log2phy, 4, torch.ones(8))
+    with_shares = (*args[:7], shares, 7, None)
+    torch.library.opcheck(LPLB_DISPATCH.torch_op, with_shares)
 
 
 def _case(experts, extra, gpus, tokens, k, seed, index_dtype=I32):
@@ -268,7 +272,7 @@ def test_cuda_matches_reference(experts, extra, gpus, tokens, k, counts_kind):
     prob = torch.full(log2phy.shape, float("nan"), device="cuda")
     dispatch_module._lplb_dispatch_cuda(
         phys, prob, topk.cuda(), phy2log.cuda(), log2phy.cuda(), gpus,
-        None if given is None else given.cuda(), 5,
+        None if given is None else given.cuda(), None, 5,
     )  # fmt: skip
     prob, phys = prob.cpu(), phys.cpu()
     assert torch.allclose(prob, want_prob, atol=1e-5, rtol=0)
@@ -321,11 +325,17 @@ def test_cuda_eligibility():
     phy2log, log2phy = replicated_layout(16, 8, 4)
     topk = torch.zeros(4, 2, dtype=I32)
     outs = (torch.empty(4, 2, dtype=I32), torch.empty(log2phy.shape))
-    assert e(*outs, topk, phy2log, log2phy, 4, None, 0) is None
-    assert "contiguous" in e(*outs, topk.t().contiguous().t(), phy2log, log2phy, 4, None, 0)
+    assert e(*outs, topk, phy2log, log2phy, 4, None, None, 0) is None
+    assert "contiguous" in e(*outs, topk.t().contiguous().t(), phy2log, log2phy, 4, None, None, 0)
     big_p2l = torch.zeros(1000, dtype=I32)
-    reason = e(*outs, topk, big_p2l, torch.zeros(16, 2, dtype=I32), 4, None, 0)
+    big_l2p = torch.zeros(16, 2, dtype=I32)
+    reason = e(*outs, topk, big_p2l, big_l2p, 4, None, None, 0)
     assert "shared memory" in reason
+    # Given shares there is no LP, so no shared-memory limit; they must be contiguous.
+    shares = torch.zeros(16, 2)
+    assert e(*outs, topk, big_p2l, big_l2p, 4, None, shares, 0) is None
+    wide = torch.zeros(2, 16).t()
+    assert "contiguous" in e(*outs, topk, big_p2l, big_l2p, 4, None, wide, 0)
 
 
 @pytest.mark.gpu
@@ -339,3 +349,174 @@ def test_cuda_fallback_runs_the_reference():
             topk.cuda(), phy2log.cuda(), log2phy.cuda(), 4, counts=counts.cuda(), seed=1
         )
     assert torch.allclose(got[1].cpu(), want[1], atol=1e-5)
+
+
+# --- shares given: the draw alone --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("experts", "extra", "gpus"), [(8, 4, 4), (32, 16, 8), (96, 60, 3)])
+def test_reference_with_the_lp_shares_is_the_reference_without(experts, extra, gpus):
+    topk, phy2log, log2phy, counts = _case(experts, extra, gpus, 200, 4, seed=experts)
+    for given in (counts, None):
+        want_phys, want_prob = reference.lplb_dispatch(topk, phy2log, log2phy, gpus, given, 3)
+        phys, prob = reference.lplb_dispatch(topk, phy2log, log2phy, gpus, seed=3, shares=want_prob)
+        assert torch.equal(phys, want_phys) and torch.equal(prob, want_prob)
+        assert prob.data_ptr() != want_prob.data_ptr()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_shares_reuse_one_lp_for_many_draws(device):
+    # One LP per step, then the draw for every layer / micro-batch: the same ids as the full op
+    # on each batch, and log2phy_prob a copy of the shares (not the same storage).
+    phy2log, log2phy = (t.to(device) for t in replicated_layout(32, 16, 8, seed=6))
+    counts = torch.randint(1, 1000, (32,), generator=torch.Generator().manual_seed(6))
+    _, shares = lplb_dispatch(
+        torch.zeros(1, 1, dtype=I32, device=device), phy2log, log2phy, 8, counts=counts.to(device)
+    )
+    kept = shares.clone()
+    g = torch.Generator().manual_seed(7)
+    for batch in range(3):
+        topk = torch.randint(-1, 32, (64 + batch, 6), generator=g, dtype=I32).to(device)
+        phys, prob = lplb_dispatch(topk, phy2log, log2phy, 8, shares=shares, seed=batch)
+        assert torch.equal(prob, shares) and prob.data_ptr() != shares.data_ptr()
+        want = reference.dispatch_draw(topk.cpu(), log2phy.cpu(), shares.cpu(), batch)
+        assert torch.equal(phys.cpu(), want)
+        prob.fill_(-1.0)  # the output is the caller's: the shares stay as they were
+        assert torch.equal(shares, kept)
+
+
+def test_shares_validated_before_any_launch(monkeypatch):
+    phy2log, log2phy = replicated_layout(8, 4, 4, seed=4)
+    topk = torch.zeros(3, 2, dtype=I32)
+    good, _ = reference.replica_shares(phy2log, log2phy, 4, torch.ones(8))
+
+    def launched(*args, **kwargs):
+        raise AssertionError("launched before the shares were validated")
+
+    monkeypatch.setattr(dispatch_module.LPLB_DISPATCH, "run", launched)
+    cases = [
+        (good.double(), TypeError, r"lplb_dispatch: shares must have dtype in \(float32\)"),
+        (good.half(), TypeError, r"shares must have dtype in \(float32\), got float16"),
+        (good[:, :1].contiguous(), ValueError, r"shares must have the shape of log2phy"),
+        (good.t().contiguous(), ValueError, r"\[L, Cmax\] = \[8, \d+\], got \[\d+, 8\]"),
+        (good[None], ValueError, r"shares must have 2 dims, got shape \(1, 8, "),
+        (good.flatten(), ValueError, r"shares must have 2 dims"),
+        (torch.zeros(2, 8).t(), ValueError, r"shares must be contiguous"),
+        (good.to("meta"), ValueError, r"shares is on meta, expected cpu"),
+        (good.tolist(), TypeError, r"shares must be a torch.Tensor, got list"),
+    ]
+    for shares, error, message in cases:
+        with pytest.raises(error, match=message):
+            lplb_dispatch(topk, phy2log, log2phy, 4, shares=shares)
+    with pytest.raises(ValueError, match=r"counts and shares are exclusive"):
+        lplb_dispatch(topk, phy2log, log2phy, 4, counts=torch.ones(8), shares=good)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_shares_values_checked_by_validate_and_the_reference(device):
+    phy2log, log2phy = replicated_layout(8, 4, 4, seed=4)
+    good, _ = reference.replica_shares(phy2log, log2phy, 4, torch.ones(8))
+    topk = torch.zeros(3, 2, dtype=I32, device=device)
+    args = (topk, phy2log.to(device), log2phy.to(device), 4)
+    padded = tuple(int(i) for i in torch.nonzero(log2phy < 0)[0])
+    nan, negative, on_padding = good.clone(), good.clone(), good.clone()
+    nan[0, 0] = float("nan")
+    negative[1, 0] = -0.5
+    on_padding[padded] = 0.25
+    cases = [
+        (nan, r"shares must be finite, got 1 NaN/inf"),
+        (negative, r"shares must be >= 0, got a minimum of -0.5"),
+        (on_padding, rf"shares must be 0 where log2phy is -1, got shares\[{padded[0]}, "),
+    ]
+    for shares, message in cases:
+        with pytest.raises(ValueError, match=message):
+            lplb_dispatch(*args, shares=shares.to(device), validate=True)
+        with pytest.raises(ValueError, match=message):  # the reference always checks
+            lplb_dispatch(*args, shares=shares.to(device), backend="torch")
+    # The layout is still checked (reference, validate=True) when the LP is skipped.
+    with pytest.raises(ValueError, match=r"log2phy must hold physical ids"):
+        lplb_dispatch(*args[:2], args[2] + 20, 4, shares=good.to(device), backend="torch")
+
+
+def test_shares_empty_tokens_still_return_them():
+    phy2log, log2phy = replicated_layout(8, 4, 4, seed=4)
+    shares, _ = reference.replica_shares(phy2log, log2phy, 4, torch.arange(8))
+    phys, prob = lplb_dispatch(torch.empty(0, 8, dtype=I32), phy2log, log2phy, 4, shares=shares)
+    assert phys.shape == (0, 8) and torch.equal(prob, shares)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("experts", "extra", "gpus", "tokens", "k"),
+    [
+        (256, 32, 8, 8192, 8),  # DeepSeek-V3 EP intra-node, T k = 64K
+        (256, 32, 8, 1, 8),
+        (16, 8, 4, 1, 1),
+        (96, 60, 3, 33, 5),
+        (16, 300, 4, 20, 2),  # Pe - L too large for the LP's shared memory: the draw still runs
+        (256, 32, 8, 0, 8),  # no slots: the shares are still copied
+    ],
+)
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_cuda_shares_draw_matches_reference(experts, extra, gpus, tokens, k, index_dtype):
+    topk, phy2log, log2phy, counts = _case(experts, extra, gpus, tokens, k, experts, index_dtype)
+    shares, _ = reference.replica_shares(phy2log, log2phy, gpus, counts)
+    want_phys, want_prob = reference.lplb_dispatch(topk, phy2log, log2phy, gpus, None, 5, shares)
+    phys = torch.full((tokens, k), -7, dtype=I32, device="cuda")
+    prob = torch.full(log2phy.shape, float("nan"), device="cuda")
+    dispatch_module._lplb_dispatch_cuda(
+        phys, prob, topk.cuda(), phy2log.cuda(), log2phy.cuda(), gpus, None, shares.cuda(), 5
+    )
+    assert torch.equal(prob.cpu(), want_prob) and torch.equal(phys.cpu(), want_phys)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the CUDA backend takes it: no fallback warning
+        phys, prob = lplb_dispatch(
+            topk.cuda(), phy2log.cuda(), log2phy.cuda(), gpus, shares=shares.cuda(), seed=5
+        )
+    assert torch.equal(prob.cpu(), want_prob) and torch.equal(phys.cpu(), want_phys)
+
+
+@pytest.mark.gpu
+def test_cuda_shares_equal_the_full_op_and_checks_in_the_kernel_function():
+    topk, phy2log, log2phy, counts = (t.cuda() for t in _case(64, 8, 8, 100, 6, seed=2))
+    phys, shares = lplb_dispatch(topk, phy2log, log2phy, 8, counts=counts, seed=4)
+    again, prob = lplb_dispatch(topk, phy2log, log2phy, 8, shares=shares, seed=4)
+    assert torch.equal(again, phys) and torch.equal(prob, shares)
+    assert prob.data_ptr() != shares.data_ptr()
+    # The compiled function checks the shares itself (for callers bypassing Python).
+    raw = dispatch_module._lplb_dispatch_cuda
+    outs = (torch.empty_like(topk, dtype=I32), torch.empty(log2phy.shape, device="cuda"))
+    with pytest.raises(ValueError, match=r"counts and shares are exclusive"):
+        raw(*outs, topk, phy2log, log2phy, 8, counts, shares, 4)
+    with pytest.raises(TypeError, match=r"shares must be float32"):
+        raw(*outs, topk, phy2log, log2phy, 8, None, shares.double(), 4)
+    with pytest.raises(ValueError, match=r"shares"):
+        raw(*outs, topk, phy2log, log2phy, 8, None, shares[:, :1].contiguous(), 4)
+    with pytest.raises(ValueError, match=r"shares"):
+        raw(*outs, topk, phy2log, log2phy, 8, None, shares.t().contiguous().t(), 4)
+    # Without validate, a NaN row gives -1 for that expert's slots (no fault, as for the LP's
+    # rejected layouts); the others draw as before.
+    expert = int(topk[topk >= 0][0])
+    poisoned = shares.clone()
+    poisoned[expert] = float("nan")
+    ids, _ = lplb_dispatch(topk, phy2log, log2phy, 8, shares=poisoned, seed=4)
+    hit = topk == expert
+    assert (ids[hit] == -1).all() and torch.equal(ids[~hit], phys[~hit])
+
+
+@pytest.mark.gpu
+def test_cuda_shares_graph_and_compile():
+    topk, phy2log, log2phy, counts = (t.cuda() for t in _case(256, 32, 8, 512, 8, seed=1))
+    _, shares = lplb_dispatch(topk, phy2log, log2phy, 8, counts=counts, seed=11)
+    want = lplb_dispatch(topk, phy2log, log2phy, 8, shares=shares, seed=11)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        phys, prob = lplb_dispatch(topk, phy2log, log2phy, 8, shares=shares, seed=11)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(phys, want[0]) and torch.equal(prob, want[1])
+    compiled = torch.compile(
+        lambda t, p, l, s: lplb_dispatch(t, p, l, 8, shares=s, seed=11), fullgraph=True
+    )
+    phys, prob = compiled(topk, phy2log, log2phy, shares)
+    assert torch.equal(phys, want[0]) and torch.equal(prob, want[1])

@@ -14,7 +14,15 @@ eager is its only torch baseline.
 
 lplb_dispatch: the whole op (LP shares, then the seeded draw) on the DeepSeek-V3 layout (L = 256,
 Pe = 288, G = 8), counts given, T x k = 8 .. 64K slots (k = 8). Shape [T, k]. The LP part is the
-one-problem solve above; the draw's own target is <= 5 us at 64K slots.
+one-problem solve above.
+
+lplb_dispatch_shares: the same op and shapes with ``shares`` given (the LP's log2phy_prob,
+computed once per step), so only the draw runs: the issue's target of <= 5 us for T x k <= 64K.
+Records are keyed by (op, shape, dtype), not by note, so this set has an op label of its own
+(like per_tensor_quant_fp8_static); ``--op lplb_dispatch`` selects both sets,
+``--op lplb_dispatch_shares`` the draw alone. Its torch rows time ``reference.dispatch_draw``
+plus the copy of the shares the op returns: the reference op's host-side checks of the layout
+and the shares (syncs, and not what a torch engine would pay per layer) are left out.
 
 ``bytes`` is the minimum traffic: inputs read once, outputs written once (formulas beside them).
 """
@@ -137,6 +145,53 @@ def dispatch_cases(quick: bool) -> Iterator[Case]:
         )
 
 
+def shares_cases(quick: bool) -> Iterator[Case]:
+    phy2log, log2phy = replicated_layout(EXPERTS, 32, GPUS, seed=0)
+    counts = torch.randint(1, 10000, (EXPERTS,), generator=torch.Generator().manual_seed(0))
+    shares, _ = reference.replica_shares(phy2log, log2phy, GPUS, counts)
+    for tokens in QUICK_TOKENS if quick else TOKENS:
+
+        def make(tokens=tokens):
+            g = torch.Generator().manual_seed(tokens)
+            topk = torch.randint(0, EXPERTS, (tokens, SLOTS_K), generator=g, dtype=torch.int32)
+            return {
+                "topk": topk.cuda(),
+                "phy2log": phy2log.cuda(),
+                "log2phy": log2phy.cuda(),
+                "shares": shares.cuda(),
+            }
+
+        def ref(topk, l2p, shares):
+            return reference.dispatch_draw(topk, l2p, shares, 7), shares.clone()
+
+        def call(f, s):
+            return f(s["topk"], s["log2phy"], s["shares"])
+
+        yield Case(
+            op="lplb_dispatch_shares",
+            shape=[tokens, SLOTS_K],
+            dtype=torch.int32,
+            # read topk_ids, log2phy, shares; write phys_ids and log2phy_prob (the shares' copy)
+            bytes=(2 * tokens * SLOTS_K + 3 * log2phy.numel()) * 4,
+            make_inputs=make,
+            impls={
+                "cuda": lambda s: lplb.lplb_dispatch(
+                    s["topk"],
+                    s["phy2log"],
+                    s["log2phy"],
+                    GPUS,
+                    shares=s["shares"],
+                    seed=7,
+                    backend="cuda",
+                ),
+                "torch_eager": lambda s, ref=ref: call(ref, s),
+                "torch_compile": torch_compile(ref, [tokens, SLOTS_K], call),
+            },
+            note="draw only (shares given; DeepSeek-V3: L 256, Pe 288, G 8)",
+        )
+
+
 def cases(quick: bool) -> Iterator[Case]:
     yield from solve_lp_cases(quick)
     yield from dispatch_cases(quick)
+    yield from shares_cases(quick)

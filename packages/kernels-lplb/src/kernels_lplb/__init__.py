@@ -6,6 +6,8 @@ first attribute access::
 
     import kernels_lplb
     x, status = kernels_lplb.solve_lp(A, b, c)          # P problems min c.x, Ax = b, x >= 0
+    ids, shares = kernels_lplb.lplb_dispatch(topk, phy2log, log2phy, G, counts=counts)
+    ids2, _ = kernels_lplb.lplb_dispatch(topk2, phy2log, log2phy, G, shares=shares)  # draw only
 """
 
 from kernels_jit.registry import lazy_ops, op, register_group
@@ -15,8 +17,8 @@ OPS = register_group(
     __name__,
     op("solve_lp", "batched small dense LPs min c.x, Ax = b, x >= 0 (primal-dual interior point)",
        "cuda", dtypes=("float32", "float64")),
-    op("lplb_dispatch", "LP replica shares from expert load, then reproducible token -> replica "
-       "dispatch", "cuda", dtypes=("int32", "int64")),
+    op("lplb_dispatch", "LP replica shares from expert load (or given shares), then reproducible "
+       "token -> replica dispatch", "cuda", dtypes=("int32", "int64")),
 )  # fmt: skip
 
 __all__ = ["OPS", "__version__", "lplb_dispatch", "solve_lp"]

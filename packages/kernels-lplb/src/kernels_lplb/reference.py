@@ -20,6 +20,9 @@ DEPENDENT_PIVOT = 1e64
 STEP_FRACTION = 0.99
 BLOWUP = 1e10
 RAY_SIZE = 1e4
+COUNTS_AND_SHARES = (
+    "counts and shares are exclusive: counts only feed the LP, which given shares replace"
+)
 
 
 def cholesky_floored(m: torch.Tensor, dependent: torch.Tensor | None = None) -> torch.Tensor:
@@ -276,7 +279,8 @@ def dispatch_draw(
     tokens, k = ids.shape
     logical = ids.clamp(min=0)
     weights = prob[logical]
-    seed_t = torch.tensor([to_int64(seed)], dtype=torch.int64, device=ids.device)
+    # A fill, not a host-to-device copy: the draw alone can be captured in a CUDA graph.
+    seed_t = torch.full((1,), to_int64(seed), dtype=torch.int64, device=ids.device)
     slot_row = torch.arange(tokens, device=ids.device)[:, None]
     slot_col = torch.arange(k, device=ids.device)[None, :]
     u = uniform(seed_t, torch.zeros_like(seed_t), slot_row, slot_col)
@@ -290,6 +294,24 @@ def dispatch_draw(
     return torch.where(ids < 0, -1, phys).to(torch.int32)
 
 
+def check_shares(op: str, log2phy: torch.Tensor, shares: torch.Tensor) -> None:
+    """ValueError unless the given shares [L, Cmax] are finite, >= 0, and 0 where ``log2phy`` is
+    -1 (reads them on the host): what the draw needs to pick only listed copies, and the same ids
+    on every backend."""
+    s = shares.detach().cpu()
+    if not bool(torch.isfinite(s).all()):
+        bad = int((~torch.isfinite(s)).sum())
+        raise ValueError(f"{op}: shares must be finite, got {bad} NaN/inf entries")
+    if bool((s < 0).any()):
+        raise ValueError(f"{op}: shares must be >= 0, got a minimum of {float(s.min())}")
+    padded = log2phy.cpu() < 0
+    if bool((s[padded] != 0).any()):
+        l, c = (int(i) for i in torch.nonzero(padded & (s != 0))[0])
+        raise ValueError(
+            f"{op}: shares must be 0 where log2phy is -1, got shares[{l}, {c}] = {float(s[l, c])}"
+        )
+
+
 def lplb_dispatch(
     topk_ids: torch.Tensor,
     phy2log: torch.Tensor,
@@ -297,10 +319,13 @@ def lplb_dispatch(
     num_gpus: int,
     counts: torch.Tensor | None = None,
     seed: int = 0,
+    shares: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(phys_ids int32 [T, k], log2phy_prob fp32 [L, Cmax]): the layout checked
     (:func:`check_layout`), replica shares from the LP (:func:`replica_shares`), then the seeded
-    draw (:func:`dispatch_draw`)."""
+    draw (:func:`dispatch_draw`). Given ``shares`` (a previous log2phy_prob, checked by
+    :func:`check_shares`; exclusive with ``counts``), no LP: the draw on them, and a copy of them
+    as log2phy_prob."""
     op = "lplb.lplb_dispatch"
     experts = log2phy.shape[0]
     ids = topk_ids.long()
@@ -309,7 +334,13 @@ def lplb_dispatch(
             f"{op}: topk_ids must be < L = {experts} (or negative), got {int(ids.max())}"
         )
     check_layout(op, phy2log, log2phy)
-    if counts is None:
-        counts = torch.bincount(ids[ids >= 0], minlength=experts)
-    prob, _ = replica_shares(phy2log, log2phy, num_gpus, counts)
+    if shares is not None:
+        if counts is not None:
+            raise ValueError(f"{op}: {COUNTS_AND_SHARES}")
+        check_shares(op, log2phy, shares)
+        prob = shares.float().clone()
+    else:
+        if counts is None:
+            counts = torch.bincount(ids[ids >= 0], minlength=experts)
+        prob, _ = replica_shares(phy2log, log2phy, num_gpus, counts)
     return dispatch_draw(ids, log2phy, prob, seed), prob

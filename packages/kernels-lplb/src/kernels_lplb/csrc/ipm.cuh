@@ -9,11 +9,17 @@
 // caller's storage type (fp32 or fp64: shared memory when it fits, else global memory through L1).
 // The normal matrix M (m x (m+1) doubles) and the vectors live in shared memory.
 //
-// The factorisation is a right-looking LDL^T (M = L D L^T, L unit lower, the column below each
-// pivot kept unscaled, so one __syncthreads per column): a pivot <= 1e-12 x the largest diagonal
-// entry marks a dependent row and gets 1/d = 0 (the reference's 1e64 pivot, LIPSOL's rule).
-// Triangular solves run on one warp, the right-hand side in registers (a shuffle per column). Matrix-vector products: a warp per
-// row of A (A x), a thread per column (A^T y), a thread per entry of M (A D A^T).
+// Per iteration the work is: M = A diag(d) A^T, a warp per row i of M with the row's entries in
+// registers (lane l: columns l + 32 s), walking row i of A 32 columns at a time and adding only the
+// terms of its nonzeros (found by a ballot; A of the load-balancing LP has 3-4 nonzeros in most
+// rows, so that is a few thousand fmas instead of m^2 n / 2; dense A costs what it did). Then a
+// right-looking LDL^T (M = L D L^T, L unit lower, the column below each pivot kept unscaled, so one
+// __syncthreads per column; each warp updates four rows per round with the pivot column in
+// registers): a pivot <= 1e-12 x the largest diagonal entry marks a dependent row and gets
+// 1/d = 0 (the reference's 1e64 pivot, LIPSOL's rule). Triangular solves run on one warp, the
+// right-hand side in registers (a shuffle per column). A x: a warp per row; A^T y: a thread per
+// column with four interleaved partial sums. Every sum has a fixed order: deterministic.
+
 #pragma once
 
 #include <kernels/version.h>
@@ -119,53 +125,147 @@ __device__ __forceinline__ void matvec(const T* a, int64_t lda, int m, int n, co
   __syncthreads();
 }
 
-// out[j] = sum_i A[i, j] v[i] (a thread per column). Ends with a barrier.
+// out[j] = sum_i A[i, j] v[i] (a thread per column, four interleaved partial sums over i mod 4
+// for a quarter-length dependent chain). Ends with a barrier.
 template <typename T>
 __device__ __forceinline__ void matTvec(const T* a, int64_t lda, int m, int n, const double* v,
                                         double* out) {
   for (int j = threadIdx.x; j < n; j += kThreads) {
-    double acc = 0.0;
-    for (int i = 0; i < m; ++i) acc += static_cast<double>(a[i * lda + j]) * v[i];
-    out[j] = acc;
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    int i = 0;
+    for (; i + 4 <= m; i += 4) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[q] += static_cast<double>(a[(i + q) * lda + j]) * v[i + q];
+    }
+#pragma unroll
+    for (int q = 0; q < 3; ++q)
+      if (i + q < m) acc[q] += static_cast<double>(a[(i + q) * lda + j]) * v[i + q];
+    out[j] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
   }
   __syncthreads();
 }
 
-// M = A diag(d) A^T (lower triangle), then its LDL^T factorisation in place with the pivot floor.
-template <typename T>
-__device__ void factor_normal(const T* a, int64_t lda, Work& w) {
-  const int m = w.m, n = w.n, ld = w.ld;
-  const int pairs = m * (m + 1) / 2;
-  for (int idx = threadIdx.x; idx < pairs; idx += kThreads) {
-    int i = static_cast<int>((sqrtf(8.0f * idx + 1.0f) - 1.0f) * 0.5f);
-    while (i * (i + 1) / 2 > idx) --i;
-    while ((i + 1) * (i + 2) / 2 <= idx) ++i;
-    const int k = idx - i * (i + 1) / 2;
-    const T* ri = a + i * lda;
-    const T* rk = a + k * lda;
-    double acc = 0.0;
-    for (int j = 0; j < n; ++j)
-      acc += static_cast<double>(ri[j]) * w.d[j] * static_cast<double>(rk[j]);
-    w.M[i * ld + k] = acc;
+// Row i of M = A diag(d) A^T, columns [k0, min(i, k0 + 32 kSlots - 1)], by one warp: lane l
+// accumulates M[i][k0 + l + 32 s] in registers. The warp walks row i of A 32 columns at a time,
+// finds its nonzeros by a ballot and adds only their terms (A of the load-balancing LP has a few
+// nonzeros per row but for the z column), four nonzeros per step for independent loads; each
+// entry's sum still runs over j in increasing order, fma(a_ij d_j, a_kj, acc) like the dense loop.
+template <typename T, int kSlots>
+__device__ __forceinline__ void normal_row(const T* a, int64_t lda, const Work& w, int i, int k0) {
+  const int n = w.n, lane = threadIdx.x % 32;
+  const T* ri = a + static_cast<int64_t>(i) * lda;
+  double acc[kSlots];
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) acc[s] = 0.0;
+  for (int j0 = 0; j0 < n; j0 += 32) {
+    const int jl = j0 + lane;
+    const double aij = jl < n ? static_cast<double>(ri[jl]) : 0.0;
+    const double sij = aij * (jl < n ? w.d[jl] : 0.0);
+    unsigned mask = __ballot_sync(0xffffffffu, aij != 0.0);
+    while (mask) {
+      int bit[4];
+      double coef[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {  // missing nonzeros: column j0 with coefficient 0
+        bit[u] = mask ? __ffs(mask) - 1 : 0;
+        mask &= mask - 1;
+        coef[u] = __shfl_sync(0xffffffffu, sij, bit[u]);
+      }
+      const bool full[4] = {true, bit[1] != 0, bit[2] != 0, bit[3] != 0};
+      double akj[4][kSlots];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) {
+          const int k = k0 + s * 32 + lane;
+          akj[u][s] = k <= i ? static_cast<double>(a[k * lda + j0 + bit[u]]) : 0.0;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (!full[u]) break;
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) acc[s] = fma(coef[u], akj[u][s], acc[s]);
+      }
+    }
   }
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const int k = k0 + s * 32 + lane;
+    if (k <= i) w.M[i * w.ld + k] = acc[s];
+  }
+}
+
+// One right-looking elimination step at column j over the columns k in [k0, k0 + 32 kSlots):
+// lane l's column entries M[k][j] sit in registers, and each warp updates four of its rows per
+// round (loads, then fmas, then stores: independent, so their latencies overlap).
+template <int kSlots>
+__device__ __forceinline__ void eliminate(Work& w, int j, double invd, int k0) {
+  const int m = w.m, ld = w.ld, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  double mk[kSlots];
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const int k = k0 + s * 32 + lane;
+    mk[s] = k < m ? w.M[k * ld + j] : 0.0;
+  }
+  for (int i0 = (k0 > j + 1 ? k0 : j + 1) + warp; i0 < m; i0 += 4 * kWarps) {
+    double lij[4], cur[4][kSlots];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u * kWarps;
+      lij[u] = i < m ? w.M[i * ld + j] : 0.0;
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        const int k = k0 + s * 32 + lane;
+        cur[u][s] = i < m && k <= i ? w.M[i * ld + k] : 0.0;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u * kWarps;
+      const double l = lij[u] * invd;
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        const int k = k0 + s * 32 + lane;
+        if (i < m && k <= i) w.M[i * ld + k] = cur[u][s] - l * mk[s];
+      }
+    }
+  }
+}
+
+// M = A diag(d) A^T (lower triangle; a warp per row), then its LDL^T factorisation in place with
+// the pivot floor (a barrier per column).
+template <typename T, int kSlots>
+__device__ void factor_normal_slots(const T* a, int64_t lda, Work& w) {
+  const int m = w.m, ld = w.ld, warp = threadIdx.x / 32;
+  constexpr int kSpan = 32 * kSlots;
+  for (int i = warp; i < m; i += kWarps)
+    for (int k0 = 0; k0 <= i; k0 += kSpan) normal_row<T, kSlots>(a, lda, w, i, k0);
   __syncthreads();
   double top = 0.0;
   for (int i = threadIdx.x; i < m; i += kThreads) top = fmax(top, w.M[i * ld + i]);
   double r[1] = {top};
   block_reduce<1, 0>(r, w.red);
   const double floor = kPivotFloor * fmax(r[0], 1e-300);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int j = 0; j < m; ++j) {
     const double pivot = w.M[j * ld + j];
     const double invd = pivot <= floor ? 0.0 : 1.0 / pivot;
     if (threadIdx.x == 0) w.invd[j] = invd;
-    for (int i = j + 1 + warp; i < m; i += kWarps) {
-      const double lij = w.M[i * ld + j] * invd;
-      double* row = w.M + i * ld;
-      for (int k = j + 1 + lane; k <= i; k += 32) row[k] -= lij * w.M[k * ld + j];
-    }
+    for (int k0 = j + 1; k0 < m; k0 += kSpan) eliminate<kSlots>(w, j, invd, k0);
     __syncthreads();
   }
+}
+
+template <typename T>
+__device__ void factor_normal(const T* a, int64_t lda, Work& w) {
+  if (w.m <= 32)
+    factor_normal_slots<T, 1>(a, lda, w);
+  else if (w.m <= 64)
+    factor_normal_slots<T, 2>(a, lda, w);
+  else if (w.m <= 128)
+    factor_normal_slots<T, 4>(a, lda, w);
+  else
+    factor_normal_slots<T, 6>(a, lda, w);
 }
 
 // r <- M^{-1} r with the factors of factor_normal, by warp 0 with r in registers: lane l holds

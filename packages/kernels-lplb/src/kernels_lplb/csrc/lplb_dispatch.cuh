@@ -14,6 +14,11 @@
 // 2. draw_kernel, a thread per slot (t, j): l = topk_ids[t, j], the fp32 prefix sums of
 //    log2phy_prob[l] left to right, u = U(seed, 0, t, j) (the project RNG, bit for bit
 //    kernels_jit.rng.uniform) and the reference's inverse-CDF pick (reference.dispatch_draw).
+//
+// Given shares (a precomputed log2phy_prob), only draw_kernel runs, on them; its first L Cmax
+// threads also copy them to log2phy_prob (no second launch for the copy). The layout is then not
+// checked on the device (that check lives in shares_kernel): the draw stays in bounds whatever
+// log2phy and the shares hold, and Python's validate=True checks both on the host.
 #pragma once
 
 #include <kernels/version.h>
@@ -26,6 +31,8 @@ KERNELS_REQUIRE_HEADERS_API(2);
 #include <kernels/launch.cuh>
 #include <kernels/rng.cuh>
 #include <kernels/tensor.h>
+
+#include <algorithm>
 
 namespace lplb_dispatch_detail {
 
@@ -276,6 +283,7 @@ struct DrawParams {
   const void* log2phy;
   bool log2phy64;
   const float* prob;
+  float* prob_copy;  // given shares: log2phy_prob, written with prob's L Cmax entries; else null
   int32_t* out;
   int64_t slots;
   int k, experts, max_copies;
@@ -284,6 +292,8 @@ struct DrawParams {
 
 __global__ void __launch_bounds__(kDrawThreads) draw_kernel(DrawParams p) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kDrawThreads + threadIdx.x;
+  if (p.prob_copy != nullptr && i < static_cast<int64_t>(p.experts) * p.max_copies)
+    p.prob_copy[i] = p.prob[i];
   if (i >= p.slots) return;
   const int64_t l = load_index(p.topk, p.topk64, i);
   int32_t result = -1;
@@ -297,7 +307,7 @@ __global__ void __launch_bounds__(kDrawThreads) draw_kernel(DrawParams p) {
       total += wc;
       if (wc > 0.0f) last_positive = c;
     }
-    if (!isnan(total)) {  // NaN: the shares kernel rejected the layout
+    if (!isnan(total)) {  // NaN: the shares kernel rejected the layout (or bad given shares)
       int pick = 0;
       if (total > 0.0f) {
         const int64_t tok = i / p.k, j = i - tok * p.k;
@@ -325,12 +335,14 @@ inline bool index_dtype(const char* op, const char* name, const tvm::ffi::Tensor
 }  // namespace lplb_dispatch_detail
 
 // phys_ids [T, k] int32, log2phy_prob [L, Cmax] float32 (outputs); topk_ids [T, k], phy2log
-// [Pe], log2phy [L, Cmax] (int32/int64 each); counts [L] int32/int64/float32 or None; all
-// contiguous on one CUDA device.
+// [Pe], log2phy [L, Cmax] (int32/int64 each); counts [L] int32/int64/float32 or None; shares
+// [L, Cmax] float32 or None (then no LP: the draw on them, copied to log2phy_prob; exclusive
+// with counts); all contiguous on one CUDA device.
 inline void lplb_dispatch(tvm::ffi::TensorView phys_ids, tvm::ffi::TensorView prob,
                           tvm::ffi::TensorView topk, tvm::ffi::TensorView phy2log,
                           tvm::ffi::TensorView log2phy, int64_t num_gpus,
-                          tvm::ffi::Optional<tvm::ffi::TensorView> counts, int64_t seed) {
+                          tvm::ffi::Optional<tvm::ffi::TensorView> counts,
+                          tvm::ffi::Optional<tvm::ffi::TensorView> shares, int64_t seed) {
   namespace d = lplb_dispatch_detail;
   namespace ipm = lplb_ipm;
   constexpr const char* kOp = "lplb.lplb_dispatch";
@@ -377,6 +389,20 @@ inline void lplb_dispatch(tvm::ffi::TensorView phys_ids, tvm::ffi::TensorView pr
       TVM_FFI_THROW(TypeError) << kOp << ": counts must be int32, int64 or float32";
     sp.counts = kernels::data<const void>(t);
   }
+  const float* given = nullptr;
+  if (shares.has_value()) {
+    const tvm::ffi::TensorView t = shares.value();
+    TVM_FFI_CHECK(!counts.has_value(), ValueError)
+        << kOp << ": counts and shares are exclusive: counts only feed the LP, which given shares "
+        << "replace";
+    kernels::check_ndim(kOp, "shares", t, 2);
+    kernels::check_same_shape(kOp, "shares", t, "log2phy", log2phy);
+    TVM_FFI_CHECK(kernels::is_dtype(t.dtype(), kDLFloat, 32), TypeError)
+        << kOp << ": shares must be float32";
+    kernels::check_contiguous(kOp, "shares", t);
+    kernels::check_same_device(kOp, "shares", t, "topk_ids", topk);
+    given = kernels::data<const float>(t);
+  }
   TVM_FFI_CHECK(num_gpus >= 1 && physical % num_gpus == 0, ValueError)
       << kOp << ": num_gpus must be >= 1 and divide Pe = " << physical << ", got " << num_gpus;
   TVM_FFI_CHECK(max_copies >= 1, ValueError)
@@ -391,6 +417,26 @@ inline void lplb_dispatch(tvm::ffi::TensorView phys_ids, tvm::ffi::TensorView pr
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(topk);
   const kernels::Launch ctx(kOp, topk);
+  d::DrawParams dp{};
+  dp.topk = kernels::data<const void>(topk);
+  dp.topk64 = sp.topk64;
+  dp.log2phy = kernels::data<const void>(log2phy);
+  dp.log2phy64 = sp.log2phy64;
+  dp.prob = given != nullptr ? given : kernels::data<float>(prob);
+  dp.prob_copy = given != nullptr ? kernels::data<float>(prob) : nullptr;
+  dp.out = kernels::data<int32_t>(phys_ids);
+  dp.slots = topk.numel();
+  dp.k = static_cast<int>(topk.size(1));
+  dp.experts = static_cast<int>(experts);
+  dp.max_copies = static_cast<int>(max_copies);
+  dp.seed = seed;
+  if (given != nullptr) {  // 4. Launch the draw alone (a thread per slot and per share copied).
+    const int64_t threads = std::max(dp.slots, experts * max_copies);
+    d::draw_kernel<<<kernels::ceil_div(threads, d::kDrawThreads), d::kDrawThreads, 0,
+                     ctx.stream>>>(dp);
+    kernels::check_launch(kOp, cudaGetLastError());
+    return;
+  }
   const int extra = static_cast<int>(physical > experts ? physical - experts : 0);
   sp.m_cap = extra + static_cast<int>(num_gpus);
   sp.n_cap = 2 * extra + static_cast<int>(num_gpus) + 2;
@@ -420,18 +466,6 @@ inline void lplb_dispatch(tvm::ffi::TensorView phys_ids, tvm::ffi::TensorView pr
   d::shares_kernel<<<1, ipm::kThreads, static_cast<size_t>(lay.bytes), ctx.stream>>>(sp);
   kernels::check_launch(kOp, cudaGetLastError());
   if (sp.slots == 0) return;
-  d::DrawParams dp{};
-  dp.topk = sp.topk;
-  dp.topk64 = sp.topk64;
-  dp.log2phy = sp.log2phy;
-  dp.log2phy64 = sp.log2phy64;
-  dp.prob = sp.prob;
-  dp.out = kernels::data<int32_t>(phys_ids);
-  dp.slots = sp.slots;
-  dp.k = static_cast<int>(topk.size(1));
-  dp.experts = sp.experts;
-  dp.max_copies = sp.max_copies;
-  dp.seed = seed;
   d::draw_kernel<<<kernels::ceil_div(dp.slots, d::kDrawThreads), d::kDrawThreads, 0,
                    ctx.stream>>>(dp);
   kernels::check_launch(kOp, cudaGetLastError());

@@ -3,7 +3,9 @@
 CUDA (csrc/lplb_dispatch.cuh): one CTA checks the layout, counts the tokens, builds and solves
 the LP in shared memory (the interior point of csrc/ipm.cuh) and writes the shares; then a thread
 per token slot draws its replica with the project RNG. Two launches, no host synchronisation.
-The pure-torch reference (its LP by the float64 interior point) is the fallback.
+Given ``shares`` (the log2phy_prob of an earlier call), only the draw runs: one launch, which
+also copies the shares to log2phy_prob. The pure-torch reference (its LP by the float64 interior
+point) is the fallback.
 """
 
 from __future__ import annotations
@@ -29,9 +31,12 @@ def _lplb_dispatch_torch(
     log2phy: torch.Tensor,
     num_gpus: int,
     counts: torch.Tensor | None,
+    shares: torch.Tensor | None,
     seed: int,
 ) -> None:
-    ids, prob = reference.lplb_dispatch(topk_ids, phy2log, log2phy, num_gpus, counts, seed)
+    ids, prob = reference.lplb_dispatch(
+        topk_ids, phy2log, log2phy, num_gpus, counts, seed, shares=shares
+    )
     phys_ids.copy_(ids)
     log2phy_prob.copy_(prob)
 
@@ -41,7 +46,8 @@ LPLB_DISPATCH_CUDA = ModuleSpec(
     package="kernels_lplb",
     sources=("csrc/lplb_dispatch.cuh",),
     exports=(("lplb_dispatch", "lplb_dispatch"),),
-    description="CUDA: LP replica shares in one CTA (fp64 interior point), then the seeded draw",
+    description="CUDA: LP replica shares in one CTA (fp64 interior point), then the seeded draw "
+    "(the draw alone when shares are given)",
 )
 
 _lplb_dispatch_cuda = CompiledFunction(LPLB_DISPATCH_CUDA, "lplb_dispatch")
@@ -65,15 +71,19 @@ def _lplb_dispatch_cuda_eligible(
     log2phy: torch.Tensor,
     num_gpus: int,
     counts: torch.Tensor | None,
+    shares: torch.Tensor | None,
     seed: int,
 ) -> str | None:
-    tensors = (topk_ids, phy2log, log2phy) + (() if counts is None else (counts,))
+    given = (t for t in (counts, shares) if t is not None)
+    tensors = (topk_ids, phy2log, log2phy, *given)
     if not all(t.is_contiguous() for t in tensors):
-        return "needs contiguous topk_ids, phy2log, log2phy and counts"
+        return "needs contiguous topk_ids, phy2log, log2phy, counts and shares"
     experts, max_copies = log2phy.shape
     physical = phy2log.shape[0]
     if max(experts, physical, max_copies) >= 2**20 or topk_ids.numel() >= 2**31:
         return "needs L, Pe, Cmax < 2^20 and T k < 2^31"
+    if shares is not None:  # no LP: no shared memory
+        return None
     need = shares_smem_bytes(experts, physical, num_gpus)
     if need > SMEM_LIMIT:
         return (
@@ -94,6 +104,7 @@ def lplb_dispatch(
     num_gpus: int,
     *,
     counts: torch.Tensor | None = None,
+    shares: torch.Tensor | None = None,
     seed: int = 0,
     validate: bool = False,
     backend: str | None = None,
@@ -116,6 +127,11 @@ def lplb_dispatch(
     4. Slot (t, j) of logical l picks copy c with probability proportional to its share, by inverse
        CDF with ``u = U(seed, 0, t, j)``: reproducible on every rank. l < 0 gives -1.
 
+    With ``shares`` given, steps 1-3 are skipped: the draw (step 4) runs on them. An engine that
+    balances once per step passes the log2phy_prob of one call as ``shares`` to the others
+    (layers, micro-batches) and pays the draw only (on CUDA a single launch instead of the LP's
+    CTA and the draw).
+
     Parameters
     ----------
     topk_ids : [T, k] int32/int64 logical expert ids (negative: no expert).
@@ -123,11 +139,16 @@ def lplb_dispatch(
     log2phy : [L, Cmax] int32/int64 physical slots of each logical expert, -1 padded.
     num_gpus : G, dividing Pe.
     counts : optional [L] global token counts (after the engine's expert-parallel all-reduce),
-        int32, int64 or float32.
+        int32, int64 or float32. Only the LP reads them: passing both counts and shares is a
+        ValueError (rather than silently ignoring counts).
+    shares : optional precomputed log2phy_prob [L, Cmax] float32, contiguous, on topk_ids' device
+        (the second output of an earlier call, or ``reference.replica_shares``): finite, >= 0 and
+        0 where log2phy is -1. The ids are bit for bit the reference's draw on these shares.
     seed : int seed of the dispatch draw.
-    validate : check the values of topk_ids (< L) and the layout rules above before launching
-        (ValueError naming the first violation). This reads them on the host: a device-to-host
-        sync on CUDA, so not for CUDA graphs; skipped while torch.compile traces.
+    validate : check the values of topk_ids (< L), the layout rules above and the values of
+        shares before launching (ValueError naming the first violation). This reads them on the
+        host: a device-to-host sync on CUDA, so not for CUDA graphs; skipped while torch.compile
+        traces.
 
     Checks and their cost
     ---------------------
@@ -135,11 +156,16 @@ def lplb_dispatch(
     reference (CPU, and the CUDA fallback) always checks the values too. The CUDA kernels check
     the layout on the device without a sync: a layout that breaks the rules (passed without
     ``validate=True``) gives ``log2phy_prob`` all NaN and ``phys_ids`` all -1, never a fault; an
-    id >= L gives -1 for that slot.
+    id >= L gives -1 for that slot. With ``shares`` the CUDA path launches the draw only, so it
+    does not check the layout on the device (the check lives in the LP's CTA; the draw reads only
+    topk_ids, log2phy and shares, and stays in bounds whatever they hold): a broken layout gives
+    whatever ids log2phy lists, and a slot whose expert's shares sum to NaN gets -1. Use
+    ``validate=True`` (or the reference) to have the layout and shares checked.
 
     Returns
     -------
-    phys_ids [T, k] int32 and log2phy_prob [L, Cmax] float32.
+    phys_ids [T, k] int32 and log2phy_prob [L, Cmax] float32 (with ``shares``: a new tensor equal
+    to them, never ``shares`` itself, so writing to one does not change the other).
     """
     check_tensor(OP_ID, "topk_ids", topk_ids, dtypes=INDEX, ndim=2)
     check_tensor(OP_ID, "phy2log", phy2log, dtypes=INDEX, ndim=1)
@@ -167,6 +193,23 @@ def lplb_dispatch(
             raise ValueError(
                 f"{OP_ID}: counts must have L = {experts} entries, got {counts.shape[0]}"
             )
+    if shares is not None:
+        check_tensor(
+            OP_ID,
+            "shares",
+            shares,
+            dtypes=(torch.float32,),
+            ndim=2,
+            device=topk_ids.device,
+            contiguous=True,
+        )
+        if shares.shape != log2phy.shape:
+            raise ValueError(
+                f"{OP_ID}: shares must have the shape of log2phy [L, Cmax] = "
+                f"{list(log2phy.shape)}, got {list(shares.shape)}"
+            )
+        if counts is not None:
+            raise ValueError(f"{OP_ID}: {reference.COUNTS_AND_SHARES}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"{OP_ID}: seed must be an int, got {type(seed).__name__}")
     if not isinstance(validate, bool):
@@ -179,6 +222,8 @@ def lplb_dispatch(
                 f"got {int(topk_ids.max())}"
             )
         reference.check_layout(OP_ID, phy2log, log2phy)
+        if shares is not None:
+            reference.check_shares(OP_ID, log2phy, shares)
     phys_ids = torch.empty(topk_ids.shape, dtype=torch.int32, device=topk_ids.device)
     log2phy_prob = torch.empty(experts, max_copies, dtype=torch.float32, device=topk_ids.device)
     if experts:
@@ -190,6 +235,7 @@ def lplb_dispatch(
             log2phy,
             num_gpus,
             counts,
+            shares,
             seed,
             backend=backend,
         )
@@ -212,12 +258,16 @@ def replicated_layout(experts: int, extra: int, num_gpus: int, seed: int = 0):
 
 
 def _lplb_dispatch_samples(device: torch.device) -> list[tuple[tuple, dict]]:
-    """Small random calls for ``kernels-ops check``: 16 logical experts, 8 replicas, 4 GPUs."""
+    """Small random calls for ``kernels-ops check``: 16 logical experts, 8 replicas, 4 GPUs; the
+    LP and the draw, and the draw alone on given shares."""
     g = torch.Generator().manual_seed(1)
     phy2log, log2phy = replicated_layout(16, 8, 4)
     topk = torch.randint(0, 16, (64, 4), generator=g, dtype=torch.int32)
+    counts = torch.randint(1, 100, (16,), generator=g)
+    shares, _ = reference.replica_shares(phy2log, log2phy, 4, counts)
     samples = []
     for dtype in (torch.int32, torch.int64):
         args = (topk.to(dtype).to(device), phy2log.to(device), log2phy.to(device), 4)
         samples.append((args, {"seed": 5}))
+        samples.append((args, {"seed": 5, "shares": shares.to(device)}))
     return samples
