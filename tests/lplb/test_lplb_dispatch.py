@@ -300,6 +300,19 @@ def test_cuda_int64_indices_and_out_of_range_ids():
     assert phys[0, 0] == -1
 
 
+def _check_graph_and_compile(dispatch, args, want) -> None:
+    """``dispatch(*args)`` captured in a CUDA graph and under torch.compile(fullgraph=True) gives
+    ``want`` (ids and shares) exactly."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        phys, prob = dispatch(*args)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(phys, want[0]) and torch.equal(prob, want[1])
+    phys, prob = torch.compile(dispatch, fullgraph=True)(*args)
+    assert torch.equal(phys, want[0]) and torch.equal(prob, want[1])
+
+
 @pytest.mark.gpu
 def test_cuda_deterministic_graph_and_compile():
     topk, phy2log, log2phy, counts = (t.cuda() for t in _case(256, 32, 8, 512, 8, seed=1))
@@ -307,17 +320,11 @@ def test_cuda_deterministic_graph_and_compile():
     for _ in range(3):  # every rank computes the same shares and ids
         again = lplb_dispatch(topk, phy2log, log2phy, 8, counts=counts, seed=11)
         assert torch.equal(want[0], again[0]) and torch.equal(want[1], again[1])
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        phys, prob = lplb_dispatch(topk, phy2log, log2phy, 8, counts=counts, seed=11)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(phys, want[0]) and torch.equal(prob, want[1])
-    compiled = torch.compile(
-        lambda t, p, l, c: lplb_dispatch(t, p, l, 8, counts=c, seed=11), fullgraph=True
+    _check_graph_and_compile(
+        lambda t, p, l, c: lplb_dispatch(t, p, l, 8, counts=c, seed=11),
+        (topk, phy2log, log2phy, counts),
+        want,
     )
-    phys, prob = compiled(topk, phy2log, log2phy, counts)
-    assert torch.equal(phys, want[0]) and torch.equal(prob, want[1])
 
 
 def test_cuda_eligibility():
@@ -509,14 +516,8 @@ def test_cuda_shares_graph_and_compile():
     topk, phy2log, log2phy, counts = (t.cuda() for t in _case(256, 32, 8, 512, 8, seed=1))
     _, shares = lplb_dispatch(topk, phy2log, log2phy, 8, counts=counts, seed=11)
     want = lplb_dispatch(topk, phy2log, log2phy, 8, shares=shares, seed=11)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        phys, prob = lplb_dispatch(topk, phy2log, log2phy, 8, shares=shares, seed=11)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(phys, want[0]) and torch.equal(prob, want[1])
-    compiled = torch.compile(
-        lambda t, p, l, s: lplb_dispatch(t, p, l, 8, shares=s, seed=11), fullgraph=True
+    _check_graph_and_compile(
+        lambda t, p, l, s: lplb_dispatch(t, p, l, 8, shares=s, seed=11),
+        (topk, phy2log, log2phy, shares),
+        want,
     )
-    phys, prob = compiled(topk, phy2log, log2phy, shares)
-    assert torch.equal(phys, want[0]) and torch.equal(prob, want[1])

@@ -100,6 +100,13 @@ def solve_lp_cases(quick: bool) -> Iterator[Case]:
             )
 
 
+def _ours(s: dict, **given):
+    """Our CUDA lplb_dispatch on the case's inputs, with counts or shares ``given``."""
+    return lplb.lplb_dispatch(
+        s["topk"], s["phy2log"], s["log2phy"], GPUS, seed=7, backend="cuda", **given
+    )
+
+
 def dispatch_cases(quick: bool) -> Iterator[Case]:
     phy2log, log2phy = replicated_layout(EXPERTS, 32, GPUS, seed=0)
     for tokens in QUICK_TOKENS if quick else TOKENS:
@@ -129,15 +136,7 @@ def dispatch_cases(quick: bool) -> Iterator[Case]:
             bytes=(2 * tokens * SLOTS_K + phy2log.numel() + 2 * log2phy.numel()) * 4 + EXPERTS * 8,
             make_inputs=make,
             impls={
-                "cuda": lambda s: lplb.lplb_dispatch(
-                    s["topk"],
-                    s["phy2log"],
-                    s["log2phy"],
-                    GPUS,
-                    counts=s["counts"],
-                    seed=7,
-                    backend="cuda",
-                ),
+                "cuda": lambda s: _ours(s, counts=s["counts"]),
                 "torch_eager": lambda s, ref=ref: call(ref, s),
                 "torch_compile": torch_compile(ref, [tokens, SLOTS_K], call),
             },
@@ -175,15 +174,7 @@ def shares_cases(quick: bool) -> Iterator[Case]:
             bytes=(2 * tokens * SLOTS_K + 3 * log2phy.numel()) * 4,
             make_inputs=make,
             impls={
-                "cuda": lambda s: lplb.lplb_dispatch(
-                    s["topk"],
-                    s["phy2log"],
-                    s["log2phy"],
-                    GPUS,
-                    shares=s["shares"],
-                    seed=7,
-                    backend="cuda",
-                ),
+                "cuda": lambda s: _ours(s, shares=s["shares"]),
                 "torch_eager": lambda s, ref=ref: call(ref, s),
                 "torch_compile": torch_compile(ref, [tokens, SLOTS_K], call),
             },
