@@ -166,8 +166,19 @@ def summary(results: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# An op whose best run of ours moves less than this fraction of the copy bandwidth is latency
+# bound (an LP solve, a 64-slot hash chain): its plot shows time, where GB/s would be a flat zero.
+LATENCY_BOUND_PCT = 10.0
+
+
+def _latency_bound(records: list[dict]) -> bool:
+    ours = [r["pct_of_copy"] for r in records if r["impl"] in OURS]
+    return bool(ours) and max(ours) < LATENCY_BOUND_PCT
+
+
 def plots(group: str, result: dict, out_dir: Path) -> list[Path]:
-    """One PNG per op: GB/s against tokens, one line per implementation, a panel per width."""
+    """One PNG per op: GB/s (time, for a latency-bound op) against the leading dimension, one line
+    per implementation, a panel per width."""
     try:
         import matplotlib
 
@@ -182,12 +193,13 @@ def plots(group: str, result: dict, out_dir: Path) -> list[Path]:
     written = []
     for op, records in sorted(by_op.items()):
         widths = sorted({tuple(r["shape"][1:]) for r in records})
+        metric = "us" if _latency_bound(records) else "gbps"
         fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 4), squeeze=False)
         for ax, width in zip(axes[0], widths, strict=True):
             # one line per implementation, torch_compile split by how each shape was compiled
             for impl, mode in sorted({(r["impl"], _mode(r)) for r in records}):
                 points = sorted(
-                    (r["shape"][0], r["gbps"])
+                    (r["shape"][0], r[metric])
                     for r in records
                     if r["impl"] == impl and _mode(r) == mode and tuple(r["shape"][1:]) == width
                 )
@@ -201,14 +213,18 @@ def plots(group: str, result: dict, out_dir: Path) -> list[Path]:
                         label=label,
                         linewidth=2.5 if impl in OURS else 1.2,
                     )
-            ax.axhline(result["copy_gbps"], color="gray", linestyle="--", label="copy")
             ax.set_xscale("log", base=2)
             ax.set_xlabel("tokens")
-            ax.set_ylabel("GB/s")
+            if metric == "us":
+                ax.set_yscale("log")
+                ax.set_ylabel("us (lower is better)")
+            else:
+                ax.axhline(result["copy_gbps"], color="gray", linestyle="--", label="copy")
+                ax.set_ylabel("GB/s")
             ax.set_title(f"{op} {list(width)}")
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=8)
-        fig.suptitle(f"{group}.{op} on {result['gpu']} ({result['date']}, {result['commit']})")
+        fig.suptitle(f"{group}.{op}\n{result['gpu']}, {result['date']}, {result['commit']}")
         fig.tight_layout()
         path = out_dir / f"{group}-{op}.png"
         fig.savefig(path, dpi=90)
