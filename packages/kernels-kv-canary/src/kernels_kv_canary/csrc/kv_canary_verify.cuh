@@ -48,11 +48,7 @@ __global__ void __launch_bounds__(kThreads) verify_kernel(bool pdl, Params p) {
   if (i < p.entries) slot = p.slots[i];
   const bool checked = i < p.entries && slot >= 0 && slot != p.skip_slot;
   const bool in_range = checked && slot < p.canary_rows && slot_in_sources(p.src, slot);
-  const uint64_t h = lane_source_hash<kStaged>(p.src, k, slot, in_range && k < p.src.count, &ring);
-  // Combine the group's source hashes in source order: acc = fmix(acc ^ h_k).
-  const int lane = threadIdx.x & 31, base = lane & ~(g - 1);
-  uint64_t acc = 0;
-  for (int j = 0; j < p.src.count; ++j) acc = fmix(acc ^ __shfl_sync(0xffffffffu, h, base + j));
+  const uint64_t acc = group_kv_hash<kStaged>(p.src, slot, in_range, p.group_log2, &ring);
   if (k == 0 && i < p.entries) {
     int32_t bits = 0;
     if (checked && !in_range) {
