@@ -4,7 +4,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(4);
 
 #include <kernels/checks.h>
 #include <kernels/dtype.h>
@@ -245,25 +245,6 @@ __device__ __forceinline__ uint64_t slot_hash(const int64_t* canary, int64_t row
 }  // namespace kv_canary_detail
 
 namespace kv_canary_host {
-
-// Launches `kKernel(pdl, args...)` with `smem` bytes of dynamic shared memory (opted in above the
-// 48 KiB default once per kernel and device: a template per kernel, so kernels of one signature
-// do not share the flag), PDL as kernels::launch decides.
-template <auto kKernel, typename... Args>
-inline void launch_with_smem(const kernels::Launch& ctx, unsigned grid, unsigned block, int smem,
-                             Args&&... args) {
-  constexpr auto kernel = kKernel;
-  static bool opted_in[64] = {};
-  if (smem > 48 * 1024 && (ctx.device >= 64 || !opted_in[ctx.device])) {
-    kernels::check_launch(
-        ctx.op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    if (ctx.device < 64) opted_in[ctx.device] = true;
-  }
-  const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device, grid, block);
-  kernels::check_launch(ctx.op, kernels::launch_pdl(kernel, dim3(grid), dim3(block), smem,
-                                                    ctx.stream, pdl, pdl,
-                                                    std::forward<Args>(args)...));
-}
 
 inline kv_canary_detail::IndexRef index_vector(const char* op, const char* arg,
                                                const tvm::ffi::TensorView& t,

@@ -10,7 +10,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(4);
 
 #include <kernels/launch.cuh>
 #include <kernels/pdl.cuh>
@@ -133,7 +133,7 @@ inline void kv_canary_verify(
   const int64_t threads = p.entries << p.group_log2;
   if (kv_canary_detail::staged::eligible(p.src)) {
     constexpr int kBlock = detail::kStagedThreads;
-    kv_canary_host::launch_with_smem<detail::verify_kernel<true>>(
+    kernels::launch_with_smem<detail::verify_kernel<true>>(
         ctx, kernels::ceil_div(threads, kBlock), kBlock,
         kv_canary_detail::staged::block_bytes(kBlock), p);
   } else {

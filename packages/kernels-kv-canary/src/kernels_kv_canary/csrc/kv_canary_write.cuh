@@ -17,7 +17,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(4);
 
 #include <kernels/launch.cuh>
 #include <kernels/pdl.cuh>
@@ -176,7 +176,7 @@ inline void kv_canary_write(
   const bool staged_reads = staged::eligible(p.src);
   if (small) {
     if (staged_reads)
-      kv_canary_host::launch_with_smem<detail::small_kernel<true>>(
+      kernels::launch_with_smem<detail::small_kernel<true>>(
           ctx, 1, detail::kThreads, staged::block_bytes(detail::kThreads), p);
     else
       kernels::launch(ctx, detail::small_kernel<false>, 1, detail::kThreads, p);
@@ -188,7 +188,7 @@ inline void kv_canary_write(
   const int64_t threads = p.entries << p.group_log2;
   if (staged_reads) {
     constexpr int kBlock = detail::kStagedThreads;
-    kv_canary_host::launch_with_smem<detail::hash_kernel<true>>(
+    kernels::launch_with_smem<detail::hash_kernel<true>>(
         ctx, kernels::ceil_div(threads, kBlock), kBlock, staged::block_bytes(kBlock), p);
   } else {
     kernels::launch(ctx, detail::hash_kernel<false>,

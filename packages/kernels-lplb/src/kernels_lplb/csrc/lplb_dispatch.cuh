@@ -22,7 +22,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(4);
 
 #include "ipm.cuh"
 
@@ -459,10 +459,7 @@ inline void lplb_dispatch(tvm::ffi::TensorView phys_ids, tvm::ffi::TensorView pr
   sp.physical = static_cast<int>(physical);
   sp.gpus = static_cast<int>(num_gpus);
   // 4. Launch: the shares (one CTA), then the draw (a thread per slot).
-  if (lay.bytes > 48 * 1024)
-    kernels::check_launch(kOp, cudaFuncSetAttribute(d::shares_kernel,
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(lay.bytes)));
+  kernels::allow_dynamic_smem<d::shares_kernel>(kOp, ctx.device, lay.bytes);
   d::shares_kernel<<<1, ipm::kThreads, static_cast<size_t>(lay.bytes), ctx.stream>>>(sp);
   kernels::check_launch(kOp, cudaGetLastError());
   if (sp.slots == 0) return;

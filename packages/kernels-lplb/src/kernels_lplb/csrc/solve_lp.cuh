@@ -7,7 +7,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(4);
 
 #include "ipm.cuh"
 
@@ -84,13 +84,8 @@ inline int max_smem(int device) {
 
 template <typename T, bool kSmemA>
 void launch(const kernels::Launch& ctx, const Params<T>& p, int64_t problems, int64_t smem) {
-  auto kernel = solve_lp_kernel<T, kSmemA>;
-  if (smem > 48 * 1024) {
-    const cudaError_t st =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
-    kernels::check_launch(ctx.op, st);
-  }
+  constexpr auto kernel = solve_lp_kernel<T, kSmemA>;
+  kernels::allow_dynamic_smem<kernel>(ctx.op, ctx.device, smem);
   kernel<<<static_cast<unsigned>(problems), ipm::kThreads, static_cast<size_t>(smem),
            ctx.stream>>>(p);
   kernels::check_launch(ctx.op, cudaGetLastError());

@@ -20,7 +20,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(4);
 
 #include <cuda_runtime.h>
 
@@ -259,21 +259,9 @@ inline void launch_log(const kernels::Launch& ctx, T* out, int64_t out_stride, c
     using S = BlockShape<kLog>;
     TVM_FFI_CHECK(rows < (int64_t{1} << 31), ValueError) << ctx.op << ": too many rows (" << rows
                                                          << ")";
-    auto kernel = block_kernel<T, kLog, kVec>;
-    if constexpr (S::kSmem > 48 * 1024) {
-      static bool opted_in[64] = {false};
-      if (ctx.device < 0 || ctx.device >= 64 || !opted_in[ctx.device]) {
-        constexpr auto kAttr = cudaFuncAttributeMaxDynamicSharedMemorySize;
-        const int bytes = static_cast<int>(S::kSmem);
-        kernels::check_launch(ctx.op, cudaFuncSetAttribute(kernel, kAttr, bytes));
-        if (ctx.device >= 0 && ctx.device < 64) opted_in[ctx.device] = true;
-      }
-    }
-    const unsigned grid = static_cast<unsigned>(rows);
-    const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device, grid, S::kP);
-    kernels::check_launch(ctx.op, kernels::launch_pdl(kernel, dim3(grid), dim3(S::kP), S::kSmem,
-                                                      ctx.stream, pdl, pdl, out, out_stride, x,
-                                                      x_stride, d, scale));
+    kernels::launch_with_smem<block_kernel<T, kLog, kVec>>(ctx, static_cast<unsigned>(rows), S::kP,
+                                                          S::kSmem, out, out_stride, x, x_stride,
+                                                          d, scale);
   }
 }
 

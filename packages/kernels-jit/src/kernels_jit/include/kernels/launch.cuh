@@ -7,6 +7,7 @@
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace kernels {
@@ -83,6 +84,26 @@ inline unsigned resident_grid(int device, int64_t needed, int threads) {
   const int64_t resident = static_cast<int64_t>(per_sm) * sm_count(device);
   const int64_t grid = needed < resident ? needed : resident;
   return static_cast<unsigned>(grid > 1 ? grid : 1);
+}
+
+// Opts kKernel in to `bytes` of dynamic shared memory per block where that is above the 48 KiB
+// default (cudaFuncSetAttribute): once per kernel, device and larger size. A template per kernel,
+// so kernels of one signature do not share the record (a flag per signature once let the second
+// of two such kernels launch without the opt-in: "invalid argument"). A refusal (more than the
+// device allows) is a RuntimeError naming `op`.
+template <auto kKernel>
+inline void allow_dynamic_smem(const char* op, int device, int64_t bytes) {
+  if (bytes <= 48 * 1024) return;
+  static std::atomic<int64_t> allowed[64];
+  const bool recorded = device >= 0 && device < 64;
+  if (recorded && allowed[device].load(std::memory_order_relaxed) >= bytes) return;
+  constexpr auto kernel = kKernel;
+  check_launch(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)));
+  if (!recorded) return;
+  int64_t seen = allowed[device].load(std::memory_order_relaxed);
+  while (seen < bytes && !allowed[device].compare_exchange_weak(seen, bytes)) {
+  }
 }
 
 // Threads per row for the gather/scatter kernels that give each row a power-of-two team: about

@@ -106,14 +106,30 @@ inline cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, 
                                                                      std::forward<Args>(args)...);
 }
 
-// The launch of both engines: `kernel(pdl, args...)` on the caller's stream, PDL as
-// pdl_for_grid decides from `ctx.enable_pdl`, a failure a RuntimeError naming `ctx.op`.
+// `kernel(pdl, args...)` with `smem` bytes of dynamic shared memory (<= 48 KiB, or opted in by
+// allow_dynamic_smem) on the caller's stream, PDL as pdl_for_grid decides from `ctx.enable_pdl`,
+// a failure a RuntimeError naming `ctx.op`.
+template <typename... Params, typename... Args>
+inline void launch_dynamic(const Launch& ctx, void (*kernel)(bool, Params...), unsigned grid,
+                           unsigned block, int64_t smem, Args&&... args) {
+  const bool pdl = pdl_for_grid(ctx.enable_pdl, ctx.device, grid, block);
+  check_launch(ctx.op, launch_pdl(kernel, dim3(grid), dim3(block), static_cast<size_t>(smem),
+                                  ctx.stream, pdl, pdl, std::forward<Args>(args)...));
+}
+
+// The launch of both engines: launch_dynamic without dynamic shared memory.
 template <typename... Params, typename... Args>
 inline void launch(const Launch& ctx, void (*kernel)(bool, Params...), unsigned grid,
                    unsigned block, Args&&... args) {
-  const bool pdl = pdl_for_grid(ctx.enable_pdl, ctx.device, grid, block);
-  check_launch(ctx.op, launch_pdl(kernel, dim3(grid), dim3(block), 0, ctx.stream, pdl, pdl,
-                                  std::forward<Args>(args)...));
+  launch_dynamic(ctx, kernel, grid, block, 0, std::forward<Args>(args)...);
+}
+
+// launch_dynamic of kKernel with `smem` bytes, opted in above 48 KiB (allow_dynamic_smem).
+template <auto kKernel, typename... Args>
+inline void launch_with_smem(const Launch& ctx, unsigned grid, unsigned block, int64_t smem,
+                             Args&&... args) {
+  allow_dynamic_smem<kKernel>(ctx.op, ctx.device, smem);
+  launch_dynamic(ctx, kKernel, grid, block, smem, std::forward<Args>(args)...);
 }
 
 }  // namespace kernels

@@ -10,10 +10,11 @@
 // History: 1: the first released headers. 2: one pack type (kernels::Pack), the row engine with
 // op structs (rowwise.cuh), kernels::Launch and checked launches, kernels/tensor.h. 3:
 // kernels::LaunchConfig (PDL, cluster and cooperative launch attributes in one place);
-// rowwise::plan_registers's few_rows_min.
+// rowwise::plan_registers's few_rows_min. 4: kernels::allow_dynamic_smem and
+// kernels::launch_with_smem / launch_dynamic (the dynamic shared-memory opt-in in one place).
 #pragma once
 
-#define KERNELS_HEADERS_API 3
+#define KERNELS_HEADERS_API 4
 
 #define KERNELS_STRINGIFY_(x) #x
 #define KERNELS_STRINGIFY(x) KERNELS_STRINGIFY_(x)
