@@ -18,7 +18,9 @@ def test_cuda_sources_compile_for_sm90a():
 
 # One call per kernel path: packbits fast (aligned) and byte paths, skipped segments; verify with
 # the staged (N <= 64) and global trees, cyclic siblings; chain with packed/scalar rows, n = 0,
-# clusters of 8 (slices in registers), 2 (slices re-read) and 1 CTA, the zero-residual fallback.
+# clusters of 8 (slices in registers) and of fewer CTAs (slices of several tiles, the draw's tile
+# found from the recorded tile sums), 3 and 1 CTAs forced (past the 16 recorded tiles), the
+# zero-residual fallback.
 _MEMCHECK_SCRIPT = """
 import torch
 from kernels_speculative import chain_speculative_sampling, segment_packbits, verify_tree_greedy
@@ -54,6 +56,16 @@ for dtype in (torch.float32, torch.bfloat16):
     d[0, 0, 5] = 0
     chain_speculative_sampling(d, torch.tensor([[5]], dtype=torch.int32, device="cuda"),
                                torch.cat([d, d], dim=1), seed=3)
+from kernels_speculative.ops import chain_speculative_sampling as m
+for c, b, v in ((3, 2, 128256), (1, 2, 300000)):
+    d = torch.rand(b, 1, v, device="cuda").softmax(-1)
+    t = torch.rand(b, 2, v, device="cuda").softmax(-1)
+    ids = torch.randint(0, v, (b, 1), device="cuda", dtype=torch.int32)
+    outs = (torch.empty(b, 2, dtype=torch.int32, device="cuda"),
+            torch.empty(b, dtype=torch.int32, device="cuda"),
+            torch.empty(b, dtype=torch.int32, device="cuda"))
+    one = torch.ones(1, dtype=torch.int64, device="cuda")
+    m._chain_speculative_sampling_in_clusters(*outs, d, ids, t, one, one, c)
 torch.cuda.synchronize()
 print("done")
 """

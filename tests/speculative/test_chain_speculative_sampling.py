@@ -279,14 +279,20 @@ def test_cuda_graph_capture_and_compile():
 # ---- the CUDA kernel's paths: a cluster of C CTAs per request, each over a vocabulary slice ----
 
 
-def _expected_cluster(batch: int, vocab: int) -> int:
-    """The host's choice: double C (up to 8) while 2 B C CTAs fit the SMs and 2 C slices keep
-    4096 elements each (H200: 132 SMs)."""
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    c = 1
-    while c < 8 and batch * c * 2 <= sms and vocab >= 2 * c * 4096:
-        c *= 2
-    return c
+def _resident(draft: torch.Tensor, cluster: int) -> int:
+    from kernels_speculative.ops import chain_speculative_sampling as m
+
+    return int(m._chain_speculative_sampling_resident_clusters(draft, cluster))
+
+
+def _expected_cluster(batch: int, vocab: int, like: torch.Tensor | None = None) -> int:
+    """The host's choice: the largest C <= 8 whose clusters hold all B requests in one wave (as
+    the occupancy API counts them) with slices of >= 4096 elements, else 1."""
+    like = torch.empty(1, 1, 4, device="cuda") if like is None else like
+    for c in range(8, 1, -1):
+        if vocab >= c * 4096 and batch <= _resident(like, c):
+            return c
+    return 1
 
 
 def _cluster_of(draft: torch.Tensor) -> int:
@@ -295,8 +301,31 @@ def _cluster_of(draft: torch.Tensor) -> int:
     return int(m._chain_speculative_sampling_cluster(draft))
 
 
+def _in_clusters(draft, ids, target, seeds, offsets, cluster):
+    """The CUDA kernel with `cluster` CTAs per request instead of the host's choice."""
+    from kernels_speculative.ops import chain_speculative_sampling as m
+
+    batch, n, _ = draft.shape
+    outs = (
+        torch.empty(batch, n + 1, dtype=torch.int32, device="cuda"),
+        torch.empty(batch, dtype=torch.int32, device="cuda"),
+        torch.empty(batch, dtype=torch.int32, device="cuda"),
+    )
+    m._chain_speculative_sampling_in_clusters(*outs, draft, ids, target, seeds, offsets, cluster)
+    return outs
+
+
+def _cuda_inputs(batch: int, n: int, vocab: int, seed: int, sharp: float = 2.0):
+    """_inputs drawn on the GPU (the large batches of the cluster tests)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    draft = (torch.randn(batch, n, vocab, device="cuda", generator=g) * sharp).softmax(-1)
+    target = (torch.randn(batch, n + 1, vocab, device="cuda", generator=g) * sharp).softmax(-1)
+    ids = torch.multinomial(draft.reshape(-1, vocab), 1, generator=g).reshape(batch, n)
+    return draft, ids.to(torch.int32), target
+
+
 # (B, n, V): slices of one tile (16384 elements) kept in registers (C = 8 at V = 128256), of
-# several tiles re-read for the draw (C = 4, 2, 1 at larger B), the scalar path (V odd).
+# several tiles (smaller C at larger B), the scalar path (V odd).
 CLUSTER_SHAPES = [
     (1, 1, 128_256),
     (1, 8, 128_256),
@@ -315,7 +344,7 @@ CLUSTER_SHAPES = [
 def test_cuda_cluster_paths_match_reference(batch, n, vocab, dtype):
     draft, ids, target = _inputs(batch, n, vocab, seed=batch + n + vocab, sharp=2.0)
     draft, ids, target = draft.to("cuda", dtype), ids.cuda(), target.to("cuda", dtype)
-    assert _cluster_of(draft) == _expected_cluster(batch, vocab)
+    assert _cluster_of(draft) == _expected_cluster(batch, vocab, draft)
     for trial in range(6 if batch < 8 else 2):
         seeds = torch.arange(batch, dtype=torch.int64, device="cuda") * 5 + 100 * trial
         offsets = torch.tensor([trial], dtype=torch.int64, device="cuda")
@@ -337,7 +366,7 @@ def test_cuda_draw_lands_in_every_slice(vocab):
     base = torch.rand(1, 1, vocab, device="cuda").softmax(-1)
     ids = torch.tensor([[int(base[0, 0].argmax())]], dtype=torch.int32, device="cuda")
     cluster = _cluster_of(base)
-    assert cluster == _expected_cluster(1, vocab)
+    assert cluster == _expected_cluster(1, vocab, base)
     slice_len = -(-vocab // cluster)
     starts = [k * slice_len + 3 for k in range(cluster)] + [0, vocab - 1]
     for start in starts:
@@ -376,7 +405,7 @@ def test_cuda_graph_capture_of_the_cluster_launch():
     draft, ids, target = _inputs(1, 8, 128_256, seed=22, sharp=2.0)
     draft, ids, target = draft.cuda(), ids.cuda(), target.cuda()
     seed, offset = torch.tensor([3], device="cuda"), torch.tensor([4], device="cuda")
-    assert _cluster_of(draft) == _expected_cluster(1, 128_256)
+    assert _cluster_of(draft) == _expected_cluster(1, 128_256, draft)
     want = chain_speculative_sampling(draft, ids, target, seed=seed, offset=offset, backend="torch")
     eager = chain_speculative_sampling(draft, ids, target, seed=seed, offset=offset)
     graph = torch.cuda.CUDAGraph()
@@ -412,7 +441,7 @@ def test_cuda_cluster_draws_follow_the_target_distribution():
     d[:, support], t[:, support] = d6, t6
     draft = d.expand(batch, n, vocab).contiguous().cuda()
     target = t.expand(batch, n + 1, vocab).contiguous().cuda()
-    assert _cluster_of(draft) == _expected_cluster(batch, vocab)
+    assert _cluster_of(draft) == _expected_cluster(batch, vocab, draft)
     picks = torch.stack(
         [torch.multinomial(d6[i], batch * calls, True, generator=g) for i in range(n)], 1
     )
@@ -434,3 +463,85 @@ def test_cuda_cluster_draws_follow_the_target_distribution():
         expected = t6[pos].double() * here.sum()
         chi2 = ((counts - expected) ** 2 / expected).sum().item()
         assert chi2 < 25.7, (pos, chi2)  # 5 degrees of freedom: P(chi2 > 25.7) ~ 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 16, 32, 33, 64, 65, 133])
+def test_cuda_cluster_choice_fills_one_wave(batch):
+    # The chosen clusters hold the whole batch at once (no second wave of a few clusters), and
+    # no larger cluster would.
+    draft = torch.empty(batch, 1, 128_256, device="cuda")
+    c = _cluster_of(draft)
+    assert c == _expected_cluster(batch, 128_256, draft)
+    assert 1 <= c <= 8 and _resident(draft, c) > 0
+    if c > 1:
+        assert batch <= _resident(draft, c)
+    assert all(batch > _resident(draft, k) for k in range(c + 1, 9))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 8])
+@pytest.mark.parametrize("batch", [1, 32, 33, 64])
+def test_cuda_every_cluster_size_matches_reference(batch, n):
+    # Every cluster size the host can choose (1..8 CTAs per request: slices of 1 to 8 tiles at
+    # V = 128256), each against the reference and reproducible under its seeds.
+    vocab = 128_256
+    draft, ids, target = _cuda_inputs(batch, n, vocab, seed=batch * 10 + n)
+    seeds = torch.arange(batch, dtype=torch.int64, device="cuda") * 7 + 1
+    offsets = torch.tensor([3], dtype=torch.int64, device="cuda")
+    want = chain_speculative_sampling(
+        draft, ids, target, seed=seeds, offset=offsets, backend="torch"
+    )
+    sizes = [c for c in range(1, 9) if _resident(draft, c) > 0]
+    assert sizes[:2] == [1, 2]
+    for c in sizes:
+        got = _in_clusters(draft, ids, target, seeds, offsets, c)
+        _assert_same_draws(got, want, draft, ids, target, seeds.tolist(), offsets.tolist())
+        again = _in_clusters(draft, ids, target, seeds, offsets, c)
+        for x, y in zip(got, again, strict=True):
+            assert torch.equal(x, y)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("vocab", "cluster"), [(128_256, 1), (128_256, 3), (300_000, 1)])
+@pytest.mark.parametrize("residual", [False, True])
+def test_cuda_draw_lands_in_every_tile(vocab, cluster, residual):
+    # Slices of several tiles (16384 elements): the draw starts at the tile the recorded tile
+    # sums point to (past the 16 recorded tiles at V = 300000, C = 1), searched from registers
+    # when it is the slice's last. The mass lies in one window; residual: the draft (one-hot on
+    # a token the target lacks) is rejected for sure and relu(target - draft) is the window.
+    draft = torch.zeros(1, 1, vocab, device="cuda")
+    token = vocab // 2 + 1  # outside every window below
+    ids = torch.tensor([[token]], dtype=torch.int32, device="cuda")
+    seeds, offsets = torch.tensor([0], device="cuda"), torch.tensor([0], device="cuda")
+    slice_len = -(-vocab // cluster)
+    starts = sorted({k * 8192 + 5 for k in range(vocab // 8192)} | {slice_len - 20, vocab - 30})
+    for start in starts:
+        stop = min(start + 24, vocab)
+        target = torch.zeros(1, 2, vocab, device="cuda")
+        row = 0 if residual else 1
+        if residual:
+            draft[0, 0].zero_()
+            draft[0, 0, token] = 1.0
+        else:
+            draft[0, 0].fill_(1.0 / vocab)
+            target[0, 0] = draft[0, 0]
+        target[0, row, start:stop] = torch.rand(stop - start, device="cuda") + 0.1
+        for seed in range(3):
+            seeds.fill_(seed)
+            got = _in_clusters(draft, ids, target, seeds, offsets, cluster)
+            want = chain_speculative_sampling(
+                draft, ids, target, seed=seeds, offset=offsets, backend="torch"
+            )
+            assert got[2].item() == row
+            assert start <= got[0][0, row].item() < stop, (start, seed)
+            _assert_same_draws(got, want, draft, ids, target, [seed], [0])
+
+
+@pytest.mark.gpu
+def test_cuda_bad_cluster_size():
+    draft, ids, target = _cuda_inputs(2, 1, 4096, seed=1)
+    seeds, offsets = torch.tensor([1], device="cuda"), torch.tensor([0], device="cuda")
+    for bad in (0, 9):
+        with pytest.raises(ValueError, match="cluster size must"):
+            _in_clusters(draft, ids, target, seeds, offsets, bad)

@@ -1,23 +1,35 @@
 // speculative.chain_speculative_sampling, CUDA: a thread-block cluster of C CTAs (1024 threads
-// each, C = 1..8, more at small B) per request, each CTA over one slice of the vocabulary.
+// each, C = 1..8) per request, each CTA over one slice of the vocabulary.
 //   1. Every CTA decides the drafts (threads i < n, scalars only): u_i = U(seed, offset, b, i)
 //      (the project RNG, bit for bit with kernels_jit.rng), accept iff u_i * q < p (fp32,
 //      strict); the first rejection r and the independent accepted count come from shared
-//      atomics. Only p[r] and q[r] are needed before any full-row read, so ONE pass over the
-//      vocabulary follows: target row r and draft row r (or target row n when every draft was
-//      accepted).
+//      atomics. The seed, offset and draft ids load together, then p and q, before the first
+//      barrier (two memory latencies ahead of the pass, not three). Only p[r] and q[r] are
+//      needed before any full-row read, so ONE pass over the vocabulary follows: target row r
+//      and draft row r (or target row n when every draft was accepted).
 //   2. The pass: each CTA reads its slice once, in tiles of 16 elements per thread (four 16-byte
 //      fp32 loads of each row in flight, coalesced), for the slice sums of relu(t - d) and of t
-//      and the last positive index of each; a slice of one tile (V = 128256 at C = 8) stays in
-//      registers.
+//      and the last positive index of each; each warp records its share of every tile's weight
+//      sum (the first kRecordedTiles tiles) in shared memory; the last tile stays in registers
+//      (the whole slice at V = 128256, C = 8).
 //   3. The slice sums go through distributed shared memory: every CTA adds them in rank order
 //      (identical bits everywhere), picks the weights (the residual when its mass is > 0, else
 //      the target row), the threshold u * total with U(seed, offset, b, n), and the one slice k
 //      whose running prefix P_k <= threshold < P_k+1.
-//   4. That CTA alone walks its slice in vocabulary order (a block scan per tile, from registers
-//      when the slice is one tile, else re-read, mostly from L2) for the smallest j whose running
-//      sum exceeds the threshold on a positive weight; the slice's (else the row's) last
-//      positive index when rounding leaves none; 0 for a zero or NaN total.
+//   4. That CTA alone finds the tile that holds the draw from the recorded tile sums (no memory
+//      read), then block-scans that tile in vocabulary order, from registers when it is the last
+//      one, else re-read once (mostly from L2), for the smallest j whose running sum exceeds the
+//      threshold on a positive weight (walking on to later tiles if rounding leaves none); the
+//      slice's (else the row's) last positive index when rounding leaves none at all; 0 for a
+//      zero or NaN total. Before, the draw re-read the slice tile by tile from its start (up to
+//      8 dependent tile reads at C = 1).
+// C (host, cluster_for): the largest C <= 8 whose clusters hold the whole batch in ONE wave
+// (B <= the resident clusters of C CTAs, as the occupancy API counts them: clusters live inside
+// one GPC, so a GPU whose GPCs' SM counts are not multiples of C holds fewer than SMs / C),
+// keeping slices of >= kMinSlice elements; C need not be a power of two. The earlier rule
+// (powers of two while B * C <= SMs) launched e.g. B = 32 as 32 clusters of 4 on 132 SMs, a
+// second wave whenever some GPC's SM count is not a multiple of 4 (predicted cause of B = 32 at
+// 36% of copy: its time was about two one-wave runs).
 // Sums run in a different order from torch's cumsum (and from the one-CTA kernel before this
 // one), so a draw whose threshold falls within rounding of a CDF boundary may differ from the
 // reference (probability ~1e-7 per draw); every accept / reject decision is exact. A draft id
@@ -34,6 +46,8 @@ KERNELS_REQUIRE_HEADERS_API(3);
 
 #include <cooperative_groups.h>
 
+#include <type_traits>
+
 #include "speculative_common.cuh"
 
 namespace chain_speculative_sampling_detail {
@@ -43,7 +57,8 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPer = 16;  // elements per thread and tile
 constexpr int kTile = kThreads * kPer;
 constexpr int kMaxCluster = 8;
-constexpr int64_t kMinSlice = 4096;  // a cluster of 2c CTAs needs V >= 2c * kMinSlice
+constexpr int64_t kMinSlice = 4096;  // a cluster of C CTAs needs V >= C * kMinSlice
+constexpr int kRecordedTiles = 16;   // tiles per slice whose sums the pass records (the draw's map)
 constexpr int kNone = 0x7fffffff;
 
 template <typename T>
@@ -59,7 +74,7 @@ struct Params {
   int64_t t_s0, t_s1;
   speculative_detail::IndexRef ids, seed, offset;
   int64_t n, vocab;
-  int cluster;    // CTAs per request (a thread-block cluster when > 1)
+  int cluster;    // CTAs per request, 1..kMaxCluster (a thread-block cluster when > 1)
   int64_t slice;  // elements per CTA (a multiple of the pack width)
 };
 
@@ -78,6 +93,13 @@ __device__ __forceinline__ Partial warp_reduce(Partial v) {
     v.last_res = max(v.last_res, __shfl_xor_sync(0xffffffffu, v.last_res, o));
     v.last_t = max(v.last_t, __shfl_xor_sync(0xffffffffu, v.last_t, o));
   }
+  return v;
+}
+
+// The sum of v over the 32 lanes of a warp (xor butterfly: every lane gets the same bits).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
@@ -134,13 +156,15 @@ __device__ __forceinline__ void load_tile(const T* trow, const T* drow, bool res
 
 struct Shared {
   float scan[kPer][kWarps];  // up to kPer pack columns per block scan
+  float tile_sums[kRecordedTiles][kWarps];  // each warp's share of each tile's weight sum
   Partial red[kWarps];  // each warp's sums and last indices
   Partial part;   // this CTA's, read by the cluster
   int reject, count, token;
   int winner;     // the slice holding the draw, -1 for none
   int residual;   // the weights are relu(t - d)
   int last;       // the row's last positive weight, -1 for none
-  float carry;    // the running sum before this CTA's slice
+  int start;      // the tile of the slice where the drawing CTA starts its search
+  float carry;    // the running sum before this CTA's slice (then before tile `start`)
   float threshold;
 };
 
@@ -221,22 +245,27 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   if (pdl) kernels::pdl_wait();
   const int64_t seed = p.seed[b], offset = p.offset[b];
+  // 1. Accept or reject each draft (every CTA of the cluster, the same way).
+  auto accepts = [&](int64_t i) {
+    const int64_t d = p.ids.at(b, i);
+    if (d < 0 || d >= p.vocab) return false;
+    const float q = kernels::to_float(p.draft[b * p.d_s0 + i * p.d_s1 + d]);
+    const float pt = kernels::to_float(p.target[b * p.t_s0 + i * p.t_s1 + d]);
+    return __fmul_rn(speculative_detail::uniform(seed, offset, b, i), q) < pt;
+  };
+  // The first draft of each thread is decided before the barrier, so its id, seed and offset
+  // loads overlap (the barrier only orders the shared counters' initialisation).
+  const bool first_ok = tid < p.n && accepts(tid);
+  // The draw's uniform, now: one register across the pass instead of the seed and offset.
+  const float u_draw = speculative_detail::uniform(seed, offset, b, p.n);
   if (tid == 0) {
     s.reject = static_cast<int>(p.n);
     s.count = 0;
     s.token = kNone;
   }
   __syncthreads();
-  // 1. Accept or reject each draft (every CTA of the cluster, the same way).
   for (int64_t i = tid; i < p.n; i += kThreads) {
-    const int64_t d = p.ids.at(b, i);
-    bool ok = false;
-    if (d >= 0 && d < p.vocab) {
-      const float q = kernels::to_float(p.draft[b * p.d_s0 + i * p.d_s1 + d]);
-      const float pt = kernels::to_float(p.target[b * p.t_s0 + i * p.t_s1 + d]);
-      ok = __fmul_rn(speculative_detail::uniform(seed, offset, b, i), q) < pt;
-    }
-    if (ok)
+    if (i == tid ? first_ok : accepts(i))
       atomicAdd(&s.count, 1);
     else
       atomicMin(&s.reject, static_cast<int>(i));
@@ -256,8 +285,10 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
     for (int k = 0; k < N; ++k) w[u][k] = 0.f;
   float sum_res = 0.f, sum_t = 0.f;
   int last_res = -1, last_t = -1;
-  for (int64_t base = begin; base < end; base += kTile) {
+  int tile = 0;
+  for (int64_t base = begin; base < end; base += kTile, ++tile) {
     load_tile<T, N>(trow, drow, has_residual, base, end, t, w);
+    float tile_sum = 0.f;  // this thread's weights in the tile (w is t without a residual)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int j = static_cast<int>(base + (static_cast<int64_t>(u) * kThreads + tid) * N);
@@ -265,9 +296,14 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
       for (int k = 0; k < N; ++k) {
         sum_t += t[u][k];
         if (t[u][k] > 0.f) last_t = j + k;
-        sum_res += w[u][k];
+        tile_sum += w[u][k];
         if (w[u][k] > 0.f) last_res = j + k;
       }
+    }
+    sum_res += tile_sum;
+    if (tile < kRecordedTiles) {  // uniform: the draw's map of where the weight lies
+      tile_sum = warp_sum(tile_sum);
+      if (lane == 0) s.tile_sums[tile][warp] = tile_sum;
     }
   }
   const Partial mine = warp_reduce(Partial{sum_res, sum_t, last_res, last_t});
@@ -304,7 +340,7 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
     int winner = -1;
     float carry = 0.f, threshold = 0.f;
     if (total > 0.f) {
-      threshold = __fmul_rn(speculative_detail::uniform(seed, offset, b, p.n), total);
+      threshold = __fmul_rn(u_draw, total);
       float prefix = 0.f;
 #pragma unroll
       for (int k = 0; k < kMaxCluster; ++k) {
@@ -339,11 +375,32 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
   if (winner == rank) {
     const bool residual = s.residual;
     const float threshold = s.threshold;
+    // The recorded tile sums (of the pass's weights: usable unless the residual had no mass)
+    // skip the whole tiles that end at or below the threshold.
+    if (warp == 0) {
+      int start = 0;
+      float carry = s.carry;
+      if (residual == has_residual) {
+        const int64_t tiles = (end - begin + kTile - 1) / kTile;
+        const int recorded = tiles < kRecordedTiles ? static_cast<int>(tiles) : kRecordedTiles;
+        for (; start < recorded; ++start) {
+          const float sum = warp_sum(s.tile_sums[start][lane]);
+          if (carry + sum > threshold) break;
+          carry += sum;
+        }
+      }
+      if (lane == 0) {
+        s.start = start;
+        s.carry = carry;
+      }
+    }
+    __syncthreads();
     float carry = s.carry;
-    if (begin + kTile >= end && residual == has_residual) {
-      search_tile<N>(w, begin, carry, threshold, s);  // the slice is in registers
+    const int64_t from = begin + static_cast<int64_t>(s.start) * kTile;
+    if (from < end && from + kTile >= end && residual == has_residual) {
+      search_tile<N>(w, from, carry, threshold, s);  // the slice's last tile is in registers
     } else {
-      for (int64_t base = begin; base < end; base += kTile) {
+      for (int64_t base = from; base < end; base += kTile) {
         load_tile<T, N>(trow, drow, residual, base, end, t, w);
         carry += search_tile<N>(w, base, carry, threshold, s);
         if (s.token != kNone) break;
@@ -372,40 +429,53 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
   if (cluster > 1) cl.barrier_wait();  // keep s.part alive until every CTA has read it
 }
 
-// Whether clusters of `c` CTAs of `kernel` can be resident on the device (a GPU partition with
-// small GPCs may hold fewer), cached per device and size.
+// How many clusters of `c` CTAs of chain_kernel<T, N> the device holds at once (0 when none
+// fit, e.g. a GPU partition with small GPCs), cached per device and size. A cluster lives
+// inside one GPC, so this is below SMs / c where GPCs' SM counts are not multiples of c.
 template <typename T, int N>
-inline bool cluster_fits(int device, int c) {
-  static int cached[64][4] = {};  // 0 unknown, 1 no, 2 yes; c = 1, 2, 4, 8
-  int log = 0;
-  while ((1 << log) < c) ++log;
-  if (c <= 1 || log > 3) return c <= 1;
-  if (device >= 0 && device < 64 && cached[device][log]) return cached[device][log] == 2;
-  const kernels::LaunchConfig query(dim3(static_cast<unsigned>(c)), dim3(kThreads), 0, nullptr,
-                                    false, static_cast<unsigned>(c));
-  int clusters = 0;
-  const bool fits =
-      cudaOccupancyMaxActiveClusters(&clusters, chain_kernel<T, N>, &query.config) == cudaSuccess &&
-      clusters > 0;
-  if (!fits) cudaGetLastError();  // a refused query leaves no error behind
-  if (device >= 0 && device < 64) cached[device][log] = fits ? 2 : 1;
-  return fits;
+inline int resident_clusters(int device, int c) {
+  static int cached[64][kMaxCluster + 1] = {};  // the count + 1; 0 unknown
+  if (c < 1 || c > kMaxCluster) return 0;
+  if (device >= 0 && device < 64 && cached[device][c]) return cached[device][c] - 1;
+  int count = 0;
+  if (c == 1) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_kernel<T, N>, kThreads, 0) !=
+        cudaSuccess)
+      cudaGetLastError();
+    count = (per_sm > 1 ? per_sm : 1) * kernels::sm_count(device);
+  } else {
+    const kernels::LaunchConfig query(dim3(static_cast<unsigned>(c)), dim3(kThreads), 0, nullptr,
+                                      false, static_cast<unsigned>(c));
+    if (cudaOccupancyMaxActiveClusters(&count, chain_kernel<T, N>, &query.config) != cudaSuccess) {
+      cudaGetLastError();  // a refused query leaves no error behind
+      count = 0;
+    }
+  }
+  if (device >= 0 && device < 64) cached[device][c] = count + 1;
+  return count;
 }
 
-// CTAs per request: a cluster of up to kMaxCluster while the batch alone leaves SMs idle (small
-// B) and every slice keeps kMinSlice elements or more; smaller where such clusters do not fit.
+// CTAs per request: the largest C <= kMaxCluster whose clusters hold the whole batch in one
+// wave, each slice keeping kMinSlice elements or more; 1 otherwise (single CTAs, in waves when
+// B exceeds the resident CTAs).
 template <typename T, int N>
 inline int cluster_for(int device, int64_t batch, int64_t vocab) {
-  const int64_t sms = kernels::sm_count(device);
-  int c = 1;
-  while (c < kMaxCluster && batch * c * 2 <= sms && vocab >= 2 * c * kMinSlice) c *= 2;
-  while (c > 1 && !cluster_fits<T, N>(device, c)) c /= 2;
-  return c;
+  for (int c = kMaxCluster; c > 1; --c)
+    if (vocab >= c * kMinSlice && batch <= resident_clusters<T, N>(device, c)) return c;
+  return 1;
 }
 
+// `cluster`: CTAs per request, 0 for cluster_for's choice.
 template <typename T, int N>
-void launch(const kernels::Launch& ctx, int64_t batch, Params<T> p) {
-  p.cluster = cluster_for<T, N>(ctx.device, batch, p.vocab);
+void launch(const kernels::Launch& ctx, int64_t batch, int64_t cluster, Params<T> p) {
+  if (cluster == 0) cluster = cluster_for<T, N>(ctx.device, batch, p.vocab);
+  TVM_FFI_CHECK(cluster >= 1 && cluster <= kMaxCluster, ValueError)
+      << ctx.op << ": the cluster size must lie in [1, " << kMaxCluster << "], got " << cluster;
+  const bool fits = resident_clusters<T, N>(ctx.device, static_cast<int>(cluster)) > 0;
+  TVM_FFI_CHECK(fits, ValueError)
+      << ctx.op << ": clusters of " << cluster << " CTAs do not fit on this device";
+  p.cluster = static_cast<int>(cluster);
   const int64_t per = (p.vocab + p.cluster - 1) / p.cluster;
   p.slice = (per + N - 1) / N * N;  // slices start on whole packs
   TVM_FFI_CHECK(batch * p.cluster < (int64_t{1} << 31), ValueError)
@@ -418,22 +488,28 @@ void launch(const kernels::Launch& ctx, int64_t batch, Params<T> p) {
   kernels::check_launch(ctx.op, config.launch(chain_kernel<T, N>, pdl, p));
 }
 
+// Whether rows of T can be read in packs of 4 (16-byte fp32, 8-byte fp16 / bf16 loads): the
+// vocabulary and every row start aligned. The kernel's pack width N follows.
+template <typename T>
+inline bool packed_rows(const Params<T>& p, int64_t batch) {
+  const int64_t align = 4 * static_cast<int64_t>(sizeof(T));
+  return p.vocab % 4 == 0 && (p.t_s0 % 4 == 0 || batch == 1) && p.t_s1 % 4 == 0 &&
+         (p.d_s0 % 4 == 0 || batch == 1) && (p.d_s1 % 4 == 0 || p.n <= 1) &&
+         reinterpret_cast<uintptr_t>(p.target) % align == 0 &&
+         reinterpret_cast<uintptr_t>(p.draft) % align == 0;
+}
+
 }  // namespace chain_speculative_sampling_detail
 
-// output_token_ids [B, n+1] int32 (contiguous), accepted_num / emitted_num [B] int32,
-// draft_probs [B, n, V] and target_probs [B, n+1, V] (float32/float16/bfloat16, one dtype, last
-// dim contiguous), draft_token_ids [B, n] int32/int64, seed / offset int64 [1] or [B].
-inline void chain_speculative_sampling(tvm::ffi::TensorView output_token_ids,
-                                       tvm::ffi::TensorView accepted_num,
-                                       tvm::ffi::TensorView emitted_num,
-                                       tvm::ffi::TensorView draft_probs,
-                                       tvm::ffi::TensorView draft_token_ids,
-                                       tvm::ffi::TensorView target_probs,
-                                       tvm::ffi::TensorView seed, tvm::ffi::TensorView offset,
-                                       bool deterministic) {
+namespace chain_speculative_sampling_detail {
+
+// The entry point with `cluster` CTAs per request (0: cluster_for's choice).
+inline void run(tvm::ffi::TensorView output_token_ids, tvm::ffi::TensorView accepted_num,
+                tvm::ffi::TensorView emitted_num, tvm::ffi::TensorView draft_probs,
+                tvm::ffi::TensorView draft_token_ids, tvm::ffi::TensorView target_probs,
+                tvm::ffi::TensorView seed, tvm::ffi::TensorView offset, int64_t cluster) {
   namespace detail = chain_speculative_sampling_detail;
   constexpr const char* kOp = "speculative.chain_speculative_sampling";
-  (void)deterministic;  // every path is deterministic
   // 1. Validate.
   kernels::check_ndim(kOp, "draft_probs", draft_probs, 3);
   kernels::check_ndim(kOp, "target_probs", target_probs, 3);
@@ -499,30 +575,81 @@ inline void chain_speculative_sampling(tvm::ffi::TensorView output_token_ids,
     p.offset = offset_ref;
     p.n = n;
     p.vocab = vocab;
-    // 16-byte (fp32) / 8-byte (fp16, bf16) packs of 4 when every row starts aligned.
-    const int64_t align = 4 * static_cast<int64_t>(sizeof(T));
-    const bool packed = vocab % 4 == 0 && (p.t_s0 % 4 == 0 || batch == 1) && p.t_s1 % 4 == 0 &&
-                        (p.d_s0 % 4 == 0 || batch == 1) && (p.d_s1 % 4 == 0 || n <= 1) &&
-                        reinterpret_cast<uintptr_t>(p.target) % align == 0 &&
-                        reinterpret_cast<uintptr_t>(p.draft) % align == 0;
-    if (packed)
-      detail::launch<T, 4>(ctx, batch, p);
+    if (detail::packed_rows(p, batch))
+      detail::launch<T, 4>(ctx, batch, cluster, p);
     else
-      detail::launch<T, 1>(ctx, batch, p);
+      detail::launch<T, 1>(ctx, batch, cluster, p);
   });
 }
 
-// The CTAs per request (the cluster size) chain_speculative_sampling launches for draft_probs
-// [B, n, V] on its device: for tests asserting which path a shape takes.
-inline int64_t chain_speculative_sampling_cluster(tvm::ffi::TensorView draft_probs) {
+}  // namespace chain_speculative_sampling_detail
+
+// output_token_ids [B, n+1] int32 (contiguous), accepted_num / emitted_num [B] int32,
+// draft_probs [B, n, V] and target_probs [B, n+1, V] (float32/float16/bfloat16, one dtype, last
+// dim contiguous), draft_token_ids [B, n] int32/int64, seed / offset int64 [1] or [B].
+inline void chain_speculative_sampling(tvm::ffi::TensorView output_token_ids,
+                                       tvm::ffi::TensorView accepted_num,
+                                       tvm::ffi::TensorView emitted_num,
+                                       tvm::ffi::TensorView draft_probs,
+                                       tvm::ffi::TensorView draft_token_ids,
+                                       tvm::ffi::TensorView target_probs,
+                                       tvm::ffi::TensorView seed, tvm::ffi::TensorView offset,
+                                       bool deterministic) {
+  (void)deterministic;  // every path is deterministic
+  chain_speculative_sampling_detail::run(output_token_ids, accepted_num, emitted_num, draft_probs,
+                                         draft_token_ids, target_probs, seed, offset, 0);
+}
+
+// chain_speculative_sampling with `cluster` CTAs per request (1..8, clusters that fit the
+// device) instead of the host's choice: for tests of every cluster size the choice can take.
+inline void chain_speculative_sampling_in_clusters(
+    tvm::ffi::TensorView output_token_ids, tvm::ffi::TensorView accepted_num,
+    tvm::ffi::TensorView emitted_num, tvm::ffi::TensorView draft_probs,
+    tvm::ffi::TensorView draft_token_ids, tvm::ffi::TensorView target_probs,
+    tvm::ffi::TensorView seed, tvm::ffi::TensorView offset, int64_t cluster) {
+  TVM_FFI_CHECK(cluster >= 1, ValueError)
+      << "speculative.chain_speculative_sampling: the cluster size must be >= 1, got " << cluster;
+  chain_speculative_sampling_detail::run(output_token_ids, accepted_num, emitted_num, draft_probs,
+                                         draft_token_ids, target_probs, seed, offset, cluster);
+}
+
+namespace chain_speculative_sampling_detail {
+
+// `query(T*, device)` for the packed kernel of draft_probs' dtype (T) on its device.
+template <typename F>
+inline int64_t query_packed_kernel(const tvm::ffi::TensorView& draft_probs, F query) {
   constexpr const char* kOp = "speculative.chain_speculative_sampling";
   kernels::check_ndim(kOp, "draft_probs", draft_probs, 3);
   kernels::check_device(kOp, "draft_probs", draft_probs, kDLCUDA);
   kernels::DeviceGuard guard(draft_probs);
-  int cluster = 1;
+  int64_t out = 0;
   KERNELS_DISPATCH_FLOAT(draft_probs.dtype(), kOp, T, [&] {
-    cluster = chain_speculative_sampling_detail::cluster_for<T, 4>(
-        draft_probs.device().device_id, draft_probs.size(0), draft_probs.size(2));
+    out = query(static_cast<T*>(nullptr), draft_probs.device().device_id);
   });
-  return cluster;
+  return out;
+}
+
+}  // namespace chain_speculative_sampling_detail
+
+// The CTAs per request (the cluster size) chain_speculative_sampling launches for draft_probs
+// [B, n, V] on its device: for tests asserting which path a shape takes.
+inline int64_t chain_speculative_sampling_cluster(tvm::ffi::TensorView draft_probs) {
+  return chain_speculative_sampling_detail::query_packed_kernel(
+      draft_probs, [&](auto* tag, int device) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        return chain_speculative_sampling_detail::cluster_for<T, 4>(device, draft_probs.size(0),
+                                                                   draft_probs.size(2));
+      });
+}
+
+// How many clusters of `cluster` CTAs (1..8) of the packed kernel for draft_probs' dtype its
+// device holds at once (0: they do not fit): for tests re-deriving the host's choice.
+inline int64_t chain_speculative_sampling_resident_clusters(tvm::ffi::TensorView draft_probs,
+                                                            int64_t cluster) {
+  return chain_speculative_sampling_detail::query_packed_kernel(
+      draft_probs, [&](auto* tag, int device) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        return chain_speculative_sampling_detail::resident_clusters<T, 4>(
+            device, static_cast<int>(cluster));
+      });
 }

@@ -20,10 +20,15 @@ CHAIN_SPECULATIVE_SAMPLING_CUDA = ModuleSpec(
     exports=(
         ("chain_speculative_sampling", "chain_speculative_sampling"),
         ("chain_speculative_sampling_cluster", "chain_speculative_sampling_cluster"),
+        ("chain_speculative_sampling_in_clusters", "chain_speculative_sampling_in_clusters"),
+        (
+            "chain_speculative_sampling_resident_clusters",
+            "chain_speculative_sampling_resident_clusters",
+        ),
     ),
     description=(
-        "CUDA: a cluster of up to 8 CTAs per request over vocabulary slices; one pass over "
-        "the residual rows, the draw in the slice that holds it"
+        "CUDA: a cluster of up to 8 CTAs per request over vocabulary slices, sized to fill the "
+        "GPU in one wave; one pass over the residual rows, the draw in the tile that holds it"
     ),
 )
 _chain_speculative_sampling_cuda = CompiledFunction(
@@ -32,6 +37,14 @@ _chain_speculative_sampling_cuda = CompiledFunction(
 # CTAs per request the kernel launches for draft_probs (tests assert the path a shape takes).
 _chain_speculative_sampling_cluster = CompiledFunction(
     CHAIN_SPECULATIVE_SAMPLING_CUDA, "chain_speculative_sampling_cluster"
+)
+# The kernel with a given cluster size, and the clusters of a size the device holds at once
+# (tests of every size the host's choice can take).
+_chain_speculative_sampling_in_clusters = CompiledFunction(
+    CHAIN_SPECULATIVE_SAMPLING_CUDA, "chain_speculative_sampling_in_clusters"
+)
+_chain_speculative_sampling_resident_clusters = CompiledFunction(
+    CHAIN_SPECULATIVE_SAMPLING_CUDA, "chain_speculative_sampling_resident_clusters"
 )
 
 
