@@ -2,9 +2,9 @@
 //
 // Two launch shapes of one set of kernel bodies, chosen per call by choose_shape (below):
 //  - cached (small batches, every row's cluster resident at once): a row over a thread-block
-//    cluster of 1-16 CTAs of 1024 threads (4+ at V = 128256 fp32), each slice read from global memory once (16-byte
-//    packs, four in flight per thread) into a <= 160 KB fp32 shared cache; every pass below
-//    reads that copy.
+//    cluster of 1-16 CTAs of 1024 threads (4+ at V = 128256 fp32), each slice read from global
+//    memory once (16-byte packs, four in flight per thread) into a <= 160 KB fp32 shared cache;
+//    every pass below reads that copy.
 //  - streamed (larger batches): one CTA of 1024 threads per row (a portable cluster of 2-8 CTAs
 //    while the batch leaves SMs idle), the row streamed from global memory every pass.
 // Histograms and reductions of a cluster are combined through distributed shared memory in rank
