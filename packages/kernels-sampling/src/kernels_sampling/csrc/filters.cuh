@@ -428,7 +428,8 @@ template <typename T, bool kVec, bool kCache>
 __device__ __forceinline__ Src<T, kVec, kCache> make_src(const Params& p) {
   Src<T, kVec, kCache> src{row_in<T>(p), reinterpret_cast<const float*>(filters_cache_),
                            slice_len(p)};
-  if constexpr (kCache) fill_cache<T, kVec>(src.g, reinterpret_cast<float*>(filters_cache_), src.len);
+  if constexpr (kCache)
+    fill_cache<T, kVec>(src.g, reinterpret_cast<float*>(filters_cache_), src.len);
   return src;
 }
 
