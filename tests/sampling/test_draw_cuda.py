@@ -16,6 +16,7 @@ import torch
 
 from kernels_jit.rng import uniform
 from kernels_sampling import reference, sampling_from_probs, top_k_top_p_sampling_from_probs
+from shared.testing.graphs import eager_and_replayed
 from shared.testing.inputs import FLOAT_DTYPES, misaligned, row_strided
 
 pytestmark = pytest.mark.gpu
@@ -241,12 +242,7 @@ def test_cuda_graph_capture():
             probs, ks, 0.9, seed=seed, offset=offset
         ),
     }
-    expected = {name: fn() for name, fn in calls.items()}  # builds and loads before capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = {name: fn() for name, fn in calls.items()}
-    graph.replay()
-    torch.cuda.synchronize()
+    expected, outs, graph = eager_and_replayed(calls)
     for name in calls:
         assert torch.equal(outs[name], expected[name]), name
     offset.fill_(1)  # a new step: replay draws afresh
@@ -268,3 +264,72 @@ def test_torch_compile_fullgraph():
         probs, 20, 0.8, seed=3, offset=3
     )
     assert torch.equal(fn(probs), expected)
+
+
+# ---- the two launch paths: cached clusters (small batches) and streamed CTAs (large) ----
+
+
+def _draw_path(probs: torch.Tensor, filtered: bool) -> int:
+    from kernels_jit.loader import CompiledFunction
+    from kernels_sampling.ops.sampling_from_probs import SAMPLING_DRAW_CUDA
+
+    fn = CompiledFunction(SAMPLING_DRAW_CUDA, "sampling_draw_path")
+    return int(fn(probs, probs.shape[0], filtered))
+
+
+def test_auto_path_follows_the_batch():
+    for filtered in (False, True):
+        assert _draw_path(_probs(1, 128256, seed=0), filtered) >= 4
+        assert _draw_path(_probs(64, 128256, seed=0), filtered) == 0
+
+
+@pytest.mark.parametrize("path", ["cached", "streamed"])
+@pytest.mark.parametrize("b", [1, 3, 64])
+@pytest.mark.parametrize("v", [4099, 128256])
+def test_both_paths_match_reference(path, b, v):
+    from kernels_sampling._common import force_cuda_path
+
+    probs = _probs(b, v, seed=b + 3 * v).clone()
+    if b >= 3:  # bad rows: NaN, negative
+        probs[1, v // 3] = float("nan")
+        probs[2, 5] = -1e-3
+    tied = torch.randint(0, 8, (b, v), device="cuda").float()
+    tied = tied / tied.sum(1, keepdim=True)
+    ks = torch.randint(-2, v + 3, (b,), device="cuda", dtype=torch.int32)
+    ps = torch.rand(b, device="cuda") * 1.2 - 0.1
+    rows = torch.arange(b, device="cuda")
+    u = uniform(torch.tensor([11], device="cuda"), torch.zeros(1, device="cuda").long(), rows, 0)
+    with force_cuda_path(path):
+        assert (_draw_path(probs, True) > 0) == (path == "cached")
+        for x in (probs, tied):
+            got, valid = sampling_from_probs(x, seed=11, return_valid=True, backend="cuda")
+            exp, exp_valid = sampling_from_probs(x, seed=11, return_valid=True, backend="torch")
+            _check_draw(got, valid, x, u, exp, exp_valid)
+            for order in ("top_k_first", "joint"):
+                for k, p in ((ks, ps), (50, 0.9), (ks, 0.5)):
+                    args = (x, k, p)
+                    kw = dict(filter_apply_order=order, seed=11, return_valid=True)
+                    got, valid = top_k_top_p_sampling_from_probs(*args, **kw, backend="cuda")
+                    exp, exp_valid = top_k_top_p_sampling_from_probs(*args, **kw, backend="torch")
+                    keep = reference.top_k_top_p_keep(x.float(), k, p, order)
+                    w = torch.where(keep, x.float(), 0.0)
+                    _check_draw(got, valid, w, u, exp, exp_valid)
+
+
+@pytest.mark.parametrize("path", ["cached", "streamed"])
+def test_cuda_graph_capture_of_each_path(path):
+    from kernels_sampling._common import force_cuda_path
+
+    probs = _probs(1, 128256, seed=9)
+    seed = torch.tensor([7], device="cuda")
+    offset = torch.tensor([0], device="cuda")
+    calls = {
+        "plain": lambda: sampling_from_probs(probs, seed=seed, offset=offset),
+        "filtered": lambda: top_k_top_p_sampling_from_probs(
+            probs, 50, 0.9, seed=seed, offset=offset
+        ),
+    }
+    with force_cuda_path(path):
+        expected, outs, _graph = eager_and_replayed(calls)
+    for name in calls:
+        assert torch.equal(outs[name], expected[name]), name

@@ -16,6 +16,7 @@ from kernels_sampling import (
     top_p_renorm_probs,
 )
 from shared.testing.compare import assert_close
+from shared.testing.graphs import eager_and_replayed
 from shared.testing.inputs import FLOAT_DTYPES, misaligned, row_strided
 
 pytestmark = pytest.mark.gpu
@@ -232,12 +233,7 @@ def test_cuda_graph_capture():
         "min_p": lambda: min_p_renorm_probs(probs, 0.05),
         "mask": lambda: top_k_mask_logits(probs, 50),
     }
-    expected = {name: fn() for name, fn in calls.items()}  # builds and loads before capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = {name: fn() for name, fn in calls.items()}
-    graph.replay()
-    torch.cuda.synchronize()
+    expected, outs, _graph = eager_and_replayed(calls)
     for name in calls:
         assert torch.equal(outs[name], expected[name]), name
 
@@ -254,3 +250,76 @@ def test_torch_compile_fullgraph():
         + reference.top_k_mask_logits(probs, 7)
     )
     assert_close(fn(probs), expected)
+
+
+# ---- the two launch paths: cached clusters (small batches) and streamed CTAs (large) ----
+
+
+def _filters_path(x: torch.Tensor, mode: int) -> int:
+    from kernels_jit.loader import CompiledFunction
+    from kernels_sampling._common import FILTERS_CUDA
+
+    return int(CompiledFunction(FILTERS_CUDA, "sampling_filters_path")(x, mode))
+
+
+def test_auto_path_follows_the_batch():
+    # V = 128256 fp32: 4+ CTAs per row of <= 160 KB each, so one wave holds ~33 rows at most.
+    for mode in range(4):
+        assert _filters_path(_probs(1, 128256, seed=0), mode) >= 4, mode
+        assert _filters_path(_probs(64, 128256, seed=0), mode) == 0, mode
+        assert _filters_path(_probs(512, 4096, seed=0), mode) == 0, mode
+
+
+@pytest.mark.parametrize("path", ["cached", "streamed"])
+@pytest.mark.parametrize("b", [1, 3, 64])
+@pytest.mark.parametrize("v", [4099, 128256])
+def test_both_paths_match_reference(path, b, v):
+    from kernels_sampling._common import force_cuda_path
+
+    probs = _probs(b, v, seed=b + v).clone()
+    logits = _logits(b, v, seed=b * v).clone()
+    ks = torch.randint(-2, v + 3, (b,), device="cuda", dtype=torch.int32)
+    ks[0] = 50
+    tps = torch.rand(b, device="cuda") * 1.2 - 0.1
+    tps[0] = 0.9
+    mps = torch.rand(b, device="cuda") * 0.3
+    if b >= 3:  # bad rows: NaN, negative (per-row parameters stay in range for the others)
+        probs[1, v // 2] = float("nan")
+        probs[2, v - 1] = -1e-3
+        logits[1, 3] = float("inf")
+    tied = torch.randint(0, 8, (b, v), device="cuda").float()  # long runs of equal values
+    tied = tied / tied.sum(1, keepdim=True)
+    with force_cuda_path(path):
+        assert (_filters_path(probs, 1) > 0) == (path == "cached")
+        for x in (probs, tied):
+            for k in (ks, 1, 50):
+                assert_close(
+                    top_k_renorm_probs(x, k, backend="cuda"), reference.top_k_renorm_probs(x, k)
+                )
+            for p in (tps, 0.9):
+                _check_top_p(top_p_renorm_probs(x, p, backend="cuda"), x, p)
+            assert_close(
+                min_p_renorm_probs(x, mps, backend="cuda"), reference.min_p_renorm_probs(x, mps)
+            )
+        for k in (ks, 7):
+            got = top_k_mask_logits(logits, k, backend="cuda")
+            exp = reference.top_k_mask_logits(logits, k)
+            assert bool(((got == exp) | (got.isnan() & exp.isnan())).all())
+
+
+@pytest.mark.parametrize("path", ["cached", "streamed"])
+def test_cuda_graph_capture_of_each_path(path):
+    from kernels_sampling._common import force_cuda_path
+
+    probs = _probs(1, 128256, seed=8)
+    calls = {
+        "top_k": lambda: top_k_renorm_probs(probs, 50),
+        "top_p": lambda: top_p_renorm_probs(probs, 0.9),
+        "min_p": lambda: min_p_renorm_probs(probs, 0.05),
+        "mask": lambda: top_k_mask_logits(probs, 50),
+    }
+    with force_cuda_path(path):
+        expected, outs, _graph = eager_and_replayed(calls)
+    for name in calls:
+        assert torch.equal(outs[name], expected[name]), name
+    assert_close(outs["top_k"], reference.top_k_renorm_probs(probs, 50))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 
@@ -13,8 +15,10 @@ from kernels_jit.validation import check_tensor
 PROB_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
 
-# One module for the four filtering ops (csrc/filters.cuh): a CTA of 1024 threads per row,
-# 16-byte packs, radix threshold search on the fp32 bits for top-k / top-p.
+# One module for the four filtering ops (csrc/filters.cuh): for small batches a cluster of CTAs
+# per row over slices cached in shared memory, else a CTA of 1024 threads per row; radix
+# threshold search on the fp32 bits for top-k / top-p. sampling_filters_path and
+# sampling_force_path are test hooks (which path a shape takes; force one).
 FILTERS_CUDA = ModuleSpec(
     name="filters",
     package="kernels_sampling",
@@ -24,8 +28,10 @@ FILTERS_CUDA = ModuleSpec(
         ("top_k_renorm_probs", "top_k_renorm_probs"),
         ("top_p_renorm_probs", "top_p_renorm_probs"),
         ("top_k_mask_logits", "top_k_mask_logits"),
+        ("sampling_filters_path", "sampling_filters_path"),
+        ("sampling_force_path", "sampling_force_path"),
     ),
-    description="CUDA: top-k/top-p/min-p filters, a CTA per row, radix threshold search",
+    description="CUDA: top-k/top-p/min-p filters, cached clusters or a CTA per row, radix search",
 )
 # The CUDA kernels count a row's entries in int32 and index rows with gridDim.x.
 CUDA_MAX_DIM = 2**31 - 1
@@ -93,3 +99,27 @@ def check_min_p_scalar(op: str, value: float | int, tensor: torch.Tensor | None)
     (no host sync): an entry that is NaN or outside [0, 1] makes that row invalid."""
     if tensor is None and not 0.0 <= value <= 1.0:
         raise ValueError(f"{op}: min_p must lie in [0, 1], got {value!r}")
+
+
+@contextlib.contextmanager
+def force_cuda_path(path: str) -> Iterator[None]:
+    """Test hook: inside the block the CUDA filters and draws take one launch path.
+
+    ``"cached"``: a cluster of CTAs per row over slices cached in shared memory (the small-batch
+    path; rows longer than 16 cache slices still stream); ``"streamed"``: a CTA per row (or a
+    small cluster) reading the row from global memory every pass; ``"auto"``: per batch size.
+    """
+    from kernels_jit.loader import CompiledFunction
+    from kernels_sampling.ops.sampling_from_probs import SAMPLING_DRAW_CUDA
+
+    code = {"auto": -1, "streamed": 0, "cached": 1}[path]
+    hooks = [
+        CompiledFunction(spec, "sampling_force_path") for spec in (FILTERS_CUDA, SAMPLING_DRAW_CUDA)
+    ]
+    for hook in hooks:
+        hook(code)
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook(-1)

@@ -1,9 +1,14 @@
 // sampling.{min_p,top_k,top_p}_renorm_probs and sampling.top_k_mask_logits, CUDA.
 //
-// One CTA of 1024 threads per row, or for small batches a thread-block cluster of 2-8 CTAs per
-// row, each over a slice, histograms and reductions combined through distributed shared memory
-// (every CTA sums them in rank order, so all hold identical bits). The row (V up to 2^31) is
-// streamed from global memory in 16-byte packs, four packs in flight per thread, several times:
+// Two launch shapes of one set of kernel bodies, chosen per call by choose_shape (below):
+//  - cached (small batches, every row's cluster resident at once): a row over a thread-block
+//    cluster of 1-16 CTAs of 1024 threads (4+ at V = 128256 fp32), each slice read from global
+//    memory once (16-byte packs, four in flight per thread) into a <= 160 KB fp32 shared cache;
+//    every pass below reads that copy.
+//  - streamed (larger batches): one CTA of 1024 threads per row (a portable cluster of 2-8 CTAs
+//    while the batch leaves SMs idle), the row streamed from global memory every pass.
+// Histograms and reductions of a cluster are combined through distributed shared memory in rank
+// order (every CTA holds identical bits, no float atomics across CTAs). Passes:
 //   min_p:  max (+ bad-row flag) | kept sum | write.
 //   top_k:  3 radix passes of 11/11/10 bits over an order-preserving uint32 key of the fp32 value
 //           (shared-memory count histograms; the first also flags bad rows; the last also yields
@@ -29,12 +34,19 @@ KERNELS_REQUIRE_HEADERS_API(3);
 #include <cooperative_groups.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 namespace sampling_filters_detail {
 
 constexpr int kThreads = 1024;
 constexpr int kBins = 2048;  // 11-bit digits
 constexpr int kUnroll = 4;   // packs in flight per thread
+constexpr int kMaxCluster = 16;         // CTAs per row, cached (a non-portable size above 8)
+constexpr int kMaxStreamedCluster = 8;  // CTAs per row, streamed filters (portable)
 constexpr float kMinSum = 1e-8f;
 
 enum Mode : int { kMinP = 0, kTopK = 1, kTopP = 2, kMaskTopK = 3 };
@@ -63,27 +75,40 @@ __device__ __forceinline__ float value_of(uint32_t k) {
 }
 __device__ __forceinline__ bool bad_prob(float v) { return !(v >= 0.0f && v < INFINITY); }
 
-// fn(value) over the row: each thread kUnroll packs in flight.
-template <typename T, bool kVec, typename F>
-__device__ __forceinline__ void for_row(const T* row, int64_t cols, F&& fn) {
+// fn(index, value) over the row: each thread kUnroll packs in flight (kStream: loads that
+// bypass L1 and leave L2 early, for a row read once).
+template <typename T, bool kVec, bool kStream, typename F>
+__device__ __forceinline__ void for_row_indexed(const T* row, int64_t cols, F&& fn) {
   constexpr int N = kernels::pack_width<T, kVec>;
   using P = kernels::Pack<T, N>;
   const int64_t step = static_cast<int64_t>(blockDim.x) * N;
   for (int64_t base = static_cast<int64_t>(threadIdx.x) * N; base < cols; base += step * kUnroll) {
     P p[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (base + u * step < cols) p[u].load_cached(row + base + u * step);
+    for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * step < cols) {
+        if constexpr (kStream)
+          p[u].load_stream(row + base + u * step);
+        else
+          p[u].load_cached(row + base + u * step);
+      }
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (base + u * step < cols) {
         float f[N];
         p[u].unpack(f);
 #pragma unroll
-        for (int j = 0; j < N; ++j) fn(f[j]);
+        for (int j = 0; j < N; ++j) fn(base + u * step + j, f[j]);
       }
     }
   }
+}
+
+// fn(value) over the row, read with cached loads (the streamed passes re-read it).
+template <typename T, bool kVec, typename F>
+__device__ __forceinline__ void for_row(const T* row, int64_t cols, F&& fn) {
+  for_row_indexed<T, kVec, false>(row, cols, [&](int64_t, float v) { fn(v); });
 }
 
 // out = fn(value) over the row.
@@ -145,8 +170,10 @@ __device__ __forceinline__ V block_exclusive_scan(V x, V* warp_totals) {
 }
 
 struct Shared {
-  int count[kBins];
+  int count[kBins];  // this CTA's histogram
   float mass[kBins];
+  int tot_count[kBins];  // cluster > 1: the row's histogram, this CTA's chunk of bins
+  float tot_mass[kBins];
   float scan_f[32];
   int scan_i[32];
   float red[32];
@@ -156,17 +183,20 @@ struct Shared {
   float xfer;  // this CTA's partial for a cluster reduction
 };
 
-// Reductions over the row: the block, then (cluster > 1) every CTA of the cluster, summed in rank
-// order by every CTA so all of them hold the same bits.
+// Reductions over the row: the block, then (cluster > 1) every CTA of the cluster. Lane r of each
+// warp fetches rank r's partial and every warp combines them in rank order, so all CTAs (and all
+// threads) hold the same bits.
 __device__ __forceinline__ float cluster_combine(float v, Shared& s, int cluster, bool is_max) {
   if (cluster == 1) return v;
   namespace cg = cooperative_groups;
   cg::cluster_group cl = cg::this_cluster();
   if (threadIdx.x == 0) s.xfer = v;
   cl.sync();
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const float mine = lane < cluster ? *cl.map_shared_rank(&s.xfer, lane) : 0.0f;
   float t = is_max ? -INFINITY : 0.0f;
   for (int r = 0; r < cluster; ++r) {
-    const float x = *cl.map_shared_rank(&s.xfer, r);
+    const float x = __shfl_sync(0xFFFFFFFFu, mine, r);
     t = is_max ? fmaxf(t, x) : t + x;
   }
   cl.sync();  // s.xfer is reused by the next reduction
@@ -190,10 +220,16 @@ struct Threshold {
 };
 
 // The k-th largest value (kMass = false, target = k, 1 <= k < cols) or the top-p threshold
-// (kMass = true, target = p in (0, 1)): three passes of 11/11/10 bits over key_of(v).
-template <typename T, bool kVec, bool kMass, bool kProbs>
-__device__ Threshold radix_threshold(const T* row, int64_t cols, float target_p, int target_k,
-                                     Shared& s, int cluster) {
+// (kMass = true, target = p in (0, 1)): three passes of 11/11/10 bits over key_of(v), over the
+// values whose key is >= floor_key only (the others are neither counted nor kept; the bad-row
+// flag still sees every value). src.each(fn) calls fn(value) on every value of this CTA's slice.
+// Cluster > 1: each CTA sums its chunk of kBins / cluster bins over every rank (rank order), then
+// reads the row's totals of its two bins from their owners (deterministic: no float atomics
+// across CTAs).
+template <bool kMass, bool kProbs, typename Src>
+__device__ Threshold radix_threshold(const Src& src, float target_p, int target_k, Shared& s,
+                                     int cluster, uint32_t floor_key = 0) {
+  namespace cg = cooperative_groups;
   uint32_t prefix = 0, himask = 0;
   int above_k = 0;
   float above_m = 0.0f;
@@ -210,9 +246,10 @@ __device__ Threshold radix_threshold(const T* row, int64_t cols, float target_p,
     __syncthreads();
     float above_local = 0.0f;  // last pass: sum of the values above the final key range
     const bool last = pass == 2;
-    for_row<T, kVec>(row, cols, [&](float v) {
+    src.each([&](float v) {
       if (kProbs && pass == 0) bad |= bad_prob(v);
       const uint32_t k = key_of(v);
+      if (k < floor_key) return;
       if (((k ^ prefix) & himask) == 0) {
         const int bin = static_cast<int>((k >> shift) & digit_mask);
         atomicAdd(&s.count[bin], 1);
@@ -228,30 +265,58 @@ __device__ Threshold radix_threshold(const T* row, int64_t cols, float target_p,
     // Bins in descending order: thread t owns bins hi = kBins-1-2t and lo = hi-1.
     const int hi = kBins - 1 - 2 * static_cast<int>(threadIdx.x), lo = hi - 1;
     const bool own = hi >= 1;
-    int c_hi = own ? s.count[hi] : 0, c_lo = own ? s.count[lo] : 0;
+    int c_hi = 0, c_lo = 0;
     float m_hi = 0.0f, m_lo = 0.0f;
-    if (kMass && own) {
-      m_hi = s.mass[hi];
-      m_lo = s.mass[lo];
-    }
-    if (cluster > 1) {  // the row's histogram: every CTA's, summed in rank order
-      namespace cg = cooperative_groups;
-      cg::cluster_group cl = cg::this_cluster();
-      cl.sync();
-      c_hi = c_lo = 0;
-      m_hi = m_lo = 0.0f;
-      for (int r = 0; r < cluster; ++r) {
-        Shared* remote = cl.map_shared_rank(&s, r);
-        if (own) {
-          c_hi += remote->count[hi];
-          c_lo += remote->count[lo];
-          if (kMass) {
-            m_hi += remote->mass[hi];
-            m_lo += remote->mass[lo];
-          }
+    if (cluster == 1) {
+      if (own) {
+        c_hi = s.count[hi];
+        c_lo = s.count[lo];
+        if (kMass) {
+          m_hi = s.mass[hi];
+          m_lo = s.mass[lo];
         }
       }
-      cl.sync();  // every CTA has read every histogram before any clears its own
+    } else {
+      cg::cluster_group cl = cg::this_cluster();
+      cl.sync();  // every CTA's histogram is complete
+      const int chunk = kBins / cluster;  // cluster: a power of two <= kMaxCluster
+      const int rank = static_cast<int>(cl.block_rank());
+      for (int j = threadIdx.x; j < chunk; j += blockDim.x) {
+        const int b = rank * chunk + j;
+        int c[kMaxCluster];
+        float m[kMaxCluster];
+#pragma unroll
+        for (int r = 0; r < kMaxCluster; ++r) {  // all loads in flight, then summed in rank order
+          c[r] = 0;
+          m[r] = 0.0f;
+          if (r < cluster) {
+            const Shared* remote = cl.map_shared_rank(&s, r);
+            c[r] = remote->count[b];
+            if (kMass) m[r] = remote->mass[b];
+          }
+        }
+        int ct = 0;
+        float mt = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kMaxCluster; ++r) {
+          ct += c[r];
+          if (kMass) mt += m[r];
+        }
+        s.tot_count[b] = ct;
+        if (kMass) s.tot_mass[b] = mt;
+      }
+      cl.sync();  // every chunk is summed (the next pass clears count only after this)
+      if (own) {
+        const Shared* owner = cl.map_shared_rank(&s, hi / chunk);  // lo / chunk is the same
+        c_hi = owner->tot_count[hi];
+        c_lo = owner->tot_count[lo];
+        if (kMass) {
+          m_hi = owner->tot_mass[hi];
+          m_lo = owner->tot_mass[lo];
+        }
+      }
+      // tot_* are rewritten next pass only after that pass's first cl.sync, which every CTA
+      // reaches after these reads.
     }
     int a_hi_k = 0, a_lo_k = 0;
     float a_hi_m = 0.0f, a_lo_m = 0.0f;
@@ -295,6 +360,49 @@ __device__ Threshold radix_threshold(const T* row, int64_t cols, float target_p,
   return Threshold{value_of(prefix), kept_sum, bad};
 }
 
+// A row (or a CTA's slice of one) as seen by the passes: streamed from global memory each pass, or
+// (kCache) read once into shared memory as fp32 and every pass reads that copy.
+template <typename T, bool kVec, bool kCache>
+struct Src {
+  const T* g;
+  const float* c;
+  int64_t len;
+  template <typename F>
+  __device__ __forceinline__ void each(F&& fn) const {
+    if constexpr (kCache) {
+      for (int64_t i = threadIdx.x; i < len; i += blockDim.x) fn(c[i]);
+    } else {
+      for_row<T, kVec>(g, len, fn);
+    }
+  }
+  // out = fn(value) over the slice.
+  template <typename F>
+  __device__ __forceinline__ void map(T* out, F&& fn) const {
+    if constexpr (kCache) {
+      constexpr int N = kernels::pack_width<T, kVec>;
+      using P = kernels::Pack<T, N>;
+      const int64_t step = static_cast<int64_t>(blockDim.x) * N;
+      for (int64_t base = static_cast<int64_t>(threadIdx.x) * N; base < len; base += step) {
+        float f[N];
+#pragma unroll
+        for (int j = 0; j < N; ++j) f[j] = fn(c[base + j]);
+        P q;
+        q.pack(f);
+        q.store_stream(out + base);
+      }
+    } else {
+      map_row<T, kVec>(g, out, len, fn);
+    }
+  }
+};
+
+// Copy len values of row (fp32) into the shared cache c; ends with __syncthreads.
+template <typename T, bool kVec>
+__device__ __forceinline__ void fill_cache(const T* row, float* c, int64_t len) {
+  for_row_indexed<T, kVec, true>(row, len, [&](int64_t i, float v) { c[i] = v; });
+  __syncthreads();
+}
+
 // This CTA's row and slice [start, start + len) of it (cluster > 1: rank = blockIdx.x % cluster).
 __device__ __forceinline__ int64_t row_index(const Params& p) { return blockIdx.x / p.cluster; }
 __device__ __forceinline__ int64_t slice_start(const Params& p) {
@@ -313,6 +421,18 @@ __device__ __forceinline__ T* row_out(const Params& p) {
   return static_cast<T*>(p.out) + row_index(p) * p.out_stride + slice_start(p);
 }
 
+// The dynamic shared cache of the kCache kernels (p.slice fp32 values).
+extern __shared__ float4 filters_cache_[];
+
+template <typename T, bool kVec, bool kCache>
+__device__ __forceinline__ Src<T, kVec, kCache> make_src(const Params& p) {
+  Src<T, kVec, kCache> src{row_in<T>(p), reinterpret_cast<const float*>(filters_cache_),
+                           slice_len(p)};
+  if constexpr (kCache)
+    fill_cache<T, kVec>(src.g, reinterpret_cast<float*>(filters_cache_), src.len);
+  return src;
+}
+
 __device__ __forceinline__ float float_param(const Params& p) {
   return p.param_kind == kFloat32 ? static_cast<const float*>(p.param)[row_index(p)]
                                   : static_cast<float>(p.value);
@@ -324,22 +444,25 @@ __device__ __forceinline__ int64_t int_param(const Params& p) {
 }
 
 // The renorm write: bad -> NaN; kept -> v / sum (0 when sum < 1e-8); dropped -> 0.
-template <typename T, bool kVec>
-__device__ __forceinline__ void write_renorm(const Params& p, float thr, float sum, bool bad) {
+template <typename S>
+__device__ __forceinline__ void write_renorm(const Params& p, const S& src, float thr, float sum,
+                                             bool bad) {
+  using T = std::remove_const_t<std::remove_pointer_t<decltype(src.g)>>;
   bad = bad || !(sum < INFINITY);
   const bool tiny = sum < kMinSum;
-  map_row<T, kVec>(row_in<T>(p), row_out<T>(p), slice_len(p), [&](float v) {
+  src.map(row_out<T>(p), [&](float v) {
     if (bad) return NAN;
     return (v >= thr && !tiny) ? v / sum : 0.0f;
   });
 }
 
 // Sum of the values >= thr (and the bad flag) in one pass.
-template <typename T, bool kVec>
-__device__ __forceinline__ float kept_sum_pass(const Params& p, float thr, bool& bad, Shared& s) {
+template <typename S>
+__device__ __forceinline__ float kept_sum_pass(const Params& p, const S& src, float thr, bool& bad,
+                                               Shared& s) {
   float part = 0.0f;
   bool b = false;
-  for_row<T, kVec>(row_in<T>(p), slice_len(p), [&](float v) {
+  src.each([&](float v) {
     b |= bad_prob(v);
     if (v >= thr) part += v;
   });
@@ -347,129 +470,241 @@ __device__ __forceinline__ float kept_sum_pass(const Params& p, float thr, bool&
   return row_sum(part, s, p.cluster);
 }
 
-template <typename T, bool kVec>
-__global__ void __launch_bounds__(kThreads) min_p_kernel(bool, Params p) {
-  __shared__ Shared s;
-  float mx = 0.0f;
+// The bad-row flag and the maximum in one pass.
+template <typename S>
+__device__ __forceinline__ float bad_and_max(const Params& p, const S& src, bool& bad, Shared& s) {
+  float mx = -INFINITY;
   bool b = false;
-  for_row<T, kVec>(row_in<T>(p), slice_len(p), [&](float v) {
+  src.each([&](float v) {
     b |= bad_prob(v);
     mx = fmaxf(mx, v);
   });
-  const bool bad = row_or(b, s, p.cluster);
-  mx = row_max(mx, s, p.cluster);
+  bad = row_or(b, s, p.cluster);
+  return row_max(mx, s, p.cluster);
+}
+
+template <typename T, bool kVec, bool kCache>
+__global__ void __launch_bounds__(kThreads) min_p_kernel(bool, Params p) {
+  __shared__ Shared s;
+  const auto src = make_src<T, kVec, kCache>(p);
+  bool bad;
+  const float mx = fmaxf(bad_and_max(p, src, bad, s), 0.0f);
   const float mp = float_param(p);
   const bool bad_param = !(mp >= 0.0f && mp <= 1.0f);
   const float thr = mp * mx;
   bool unused;
-  const float sum = kept_sum_pass<T, kVec>(p, thr, unused, s);
-  write_renorm<T, kVec>(p, thr, sum, bad || bad_param);
+  const float sum = kept_sum_pass(p, src, thr, unused, s);
+  write_renorm(p, src, thr, sum, bad || bad_param);
 }
 
-template <typename T, bool kVec>
+template <typename T, bool kVec, bool kCache>
 __global__ void __launch_bounds__(kThreads) top_k_renorm_kernel(bool, Params p) {
   __shared__ Shared s;
+  const auto src = make_src<T, kVec, kCache>(p);
   const int64_t k = int_param(p);
   if (k <= 0 || k >= p.cols) {
     bool bad;
-    const float sum = kept_sum_pass<T, kVec>(p, -INFINITY, bad, s);
-    write_renorm<T, kVec>(p, -INFINITY, sum, bad);
+    const float sum = kept_sum_pass(p, src, -INFINITY, bad, s);
+    write_renorm(p, src, -INFINITY, sum, bad);
     return;
   }
   const Threshold t =
-      radix_threshold<T, kVec, false, true>(row_in<T>(p), slice_len(p), 0.0f, static_cast<int>(k),
-                                            s, p.cluster);
-  write_renorm<T, kVec>(p, t.value, t.kept_sum, t.bad);
+      radix_threshold<false, true>(src, 0.0f, static_cast<int>(k), s, p.cluster);
+  write_renorm(p, src, t.value, t.kept_sum, t.bad);
 }
 
-template <typename T, bool kVec>
+template <typename T, bool kVec, bool kCache>
 __global__ void __launch_bounds__(kThreads) top_p_renorm_kernel(bool, Params p) {
   __shared__ Shared s;
+  const auto src = make_src<T, kVec, kCache>(p);
   const float tp = float_param(p);
   if (tp != tp) {  // a NaN top_p: the row is invalid
-    map_row<T, kVec>(row_in<T>(p), row_out<T>(p), slice_len(p), [](float) { return NAN; });
+    src.map(row_out<T>(p), [](float) { return NAN; });
     return;
   }
   if (tp >= 1.0f || tp <= 0.0f) {
     // One pass for the bad-row flag and the maximum (as min_p), then the kept sum: tp is the
     // row's, so every CTA of the row's cluster takes the same branches.
-    float mx = -INFINITY;
-    bool b = false;
-    for_row<T, kVec>(row_in<T>(p), slice_len(p), [&](float v) {
-      b |= bad_prob(v);
-      mx = fmaxf(mx, v);
-    });
-    const bool bad = row_or(b, s, p.cluster);
-    mx = row_max(mx, s, p.cluster);
+    bool bad;
+    const float mx = bad_and_max(p, src, bad, s);
     const float thr = tp <= 0.0f ? mx : -INFINITY;  // the argmax set, or the whole row
     bool unused;
-    const float sum = kept_sum_pass<T, kVec>(p, thr, unused, s);
-    write_renorm<T, kVec>(p, thr, sum, bad);
+    const float sum = kept_sum_pass(p, src, thr, unused, s);
+    write_renorm(p, src, thr, sum, bad);
     return;
   }
-  const Threshold t =
-      radix_threshold<T, kVec, true, true>(row_in<T>(p), slice_len(p), tp, 0, s, p.cluster);
-  write_renorm<T, kVec>(p, t.value, t.kept_sum, t.bad);
+  const Threshold t = radix_threshold<true, true>(src, tp, 0, s, p.cluster);
+  write_renorm(p, src, t.value, t.kept_sum, t.bad);
 }
 
-template <typename T, bool kVec>
+template <typename T, bool kVec, bool kCache>
 __global__ void __launch_bounds__(kThreads) top_k_mask_kernel(bool, Params p) {
   __shared__ Shared s;
+  const auto src = make_src<T, kVec, kCache>(p);
   const int64_t k = int_param(p);
   float thr = -INFINITY;
   bool keep_all = k <= 0 || k >= p.cols;
-  if (!keep_all) {
-    thr = radix_threshold<T, kVec, false, false>(row_in<T>(p), slice_len(p), 0.0f,
-                                                 static_cast<int>(k), s, p.cluster)
-              .value;
-  }
-  map_row<T, kVec>(row_in<T>(p), row_out<T>(p), slice_len(p),
-                   [&](float v) { return (keep_all || v >= thr) ? v : -INFINITY; });
+  if (!keep_all)
+    thr = radix_threshold<false, false>(src, 0.0f, static_cast<int>(k), s, p.cluster).value;
+  src.map(row_out<T>(p), [&](float v) { return (keep_all || v >= thr) ? v : -INFINITY; });
 }
 
 using KernelFn = void (*)(bool, Params);
 
-template <typename T, bool kVec>
+template <typename T, bool kVec, bool kCache>
 KernelFn kernel_for(int mode) {
   switch (mode) {
-    case kMinP: return min_p_kernel<T, kVec>;
-    case kTopK: return top_k_renorm_kernel<T, kVec>;
-    case kTopP: return top_p_renorm_kernel<T, kVec>;
-    default: return top_k_mask_kernel<T, kVec>;
+    case kMinP: return min_p_kernel<T, kVec, kCache>;
+    case kTopK: return top_k_renorm_kernel<T, kVec, kCache>;
+    case kTopP: return top_p_renorm_kernel<T, kVec, kCache>;
+    default: return top_k_mask_kernel<T, kVec, kCache>;
   }
 }
 
-// CTAs per row: a cluster of up to kMaxCluster when the batch alone leaves SMs idle (small B),
-// with slices of at least kMinSlice elements. 1 disables the cluster path.
-constexpr int kMaxCluster = 8;
-constexpr int64_t kMinSlice = 4096;
+// Launch shape, chosen per call by choose_shape (one function for the filters and the draws):
+//  - cached: a row over a thread-block cluster of `cluster` CTAs (a power of two up to
+//    kMaxCluster = 16, a non-portable size Hopper allows), each slice (<= kCacheBytes as fp32)
+//    read from global memory once into dynamic shared memory, every pass reading that copy. Small
+//    batches: more CTAs per row (slices >= kMinCachedSlice) while rows * cluster * 2 <= SMs.
+//  - streamed: one CTA per row, or for small batches a portable cluster of up to
+//    `max_streamed` CTAs (slices >= kMinStreamedSlice), the row read from global memory (mostly
+//    L2) every pass.
+// The cached shape is taken only when every row's cluster is resident at once (rows <=
+// cudaOccupancyMaxActiveClusters): one wave. Measured on the H200 at V = 128256 fp32 with the
+// cached shape for every batch (b226898): B = 1 ran 1.4-3.5x faster (top_k_renorm 34.3 -> 24.7
+// us, top_p 65.3 -> 34.6, top_k_mask 30.5 -> 16.7, top_k_top_p_sampling 229 -> 65.2), while
+// B >= 128 ran 1.4-3.5x slower (top_k_renorm B = 128 91.5 -> 184.0, sampling_from_probs B = 256
+// 66.8 -> 236.6): there 4 CTAs per row of 128 KiB each fit one per SM, so 512-1024 CTAs ran in
+// 4-8 serial waves, each paying its HBM fill and on-chip passes, where the streamed kernels run
+// one wave whose re-reads hit L2. At V = 128256 fp32 the cached shape therefore serves B <= ~33
+// (4 CTAs per row, 132 SMs) and the streamed kernels everything larger.
+constexpr int64_t kMinCachedSlice = 2048;
+constexpr int64_t kMinStreamedSlice = 4096;
+constexpr int kCacheBytes = 160 * 1024;
 
-inline int cluster_for(int device, int64_t rows, int64_t cols) {
+struct Shape {
+  int cluster;
+  bool cache;
+  int64_t slice;
+};
+
+// Test hook (exported by both modules): -1 lets choose_shape decide, 0 forces the streamed
+// kernels, 1 the cached ones (where a slice of at most 16 fits the cache). Per module (modules
+// compile with -fno-gnu-unique).
+inline int& forced_path() {
+  static int path = -1;
+  return path;
+}
+inline void force_path(int64_t path) {
+  TVM_FFI_CHECK(path >= -1 && path <= 1, ValueError)
+      << "sampling: force_path takes -1 (auto), 0 (streamed) or 1 (cached), got " << path;
+  forced_path() = static_cast<int>(path);
+}
+
+inline int64_t slice_for(int64_t cols, int cluster, int64_t n) {
+  const int64_t per = (cols + cluster - 1) / cluster;
+  return (per + n - 1) / n * n;  // slices start on whole packs
+}
+
+// CTAs per row that a batch of `rows` leaves room for: doubled up to max_cluster while the grid
+// is under half the SMs and every slice keeps min_slice elements.
+inline int batch_cluster(int device, int64_t rows, int64_t cols, int max_cluster,
+                         int64_t min_slice) {
   const int64_t sms = kernels::sm_count(device);
   int c = 1;
-  while (c < kMaxCluster && rows * c * 2 <= sms && cols >= 2 * c * kMinSlice) c *= 2;
+  while (c < max_cluster && rows * c * 2 <= sms && cols >= 2 * c * min_slice) c *= 2;
   return c;
+}
+
+// Clusters of `cluster` CTAs of the cached `kernel` (`smem` dynamic bytes) resident at once
+// (0: none fit), cached per (kernel, device, cluster, smem). The first query per kernel and
+// device opts it into non-portable cluster sizes and the shared cache.
+inline int active_clusters(const void* kernel, int device, int cluster, int smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int, int>, int> memo;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(kernel, device, cluster, smem);
+  const auto it = memo.find(key);
+  if (it != memo.end()) return it->second;
+  int active = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+          cudaSuccess &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCacheBytes) ==
+          cudaSuccess) {
+    const kernels::LaunchConfig query(dim3(static_cast<unsigned>(cluster)), dim3(kThreads),
+                                      static_cast<size_t>(smem), nullptr, false,
+                                      static_cast<unsigned>(cluster));
+    if (cudaOccupancyMaxActiveClusters(&active, kernel, &query.config) != cudaSuccess) active = 0;
+  }
+  (void)cudaGetLastError();  // a refused query or opt-in leaves no error behind
+  memo[key] = active;
+  return active;
+}
+
+// The shape for `rows` rows of `cols` elements in packs of n, given the cached kernel; the
+// streamed kernels take clusters of at most max_streamed CTAs (filters 8, draws 1).
+inline Shape choose_shape(const void* cached, int device, int64_t rows, int64_t cols, int64_t n,
+                          int max_streamed) {
+  const int force = forced_path();
+  if (force != 0) {
+    int fit = 1;  // CTAs per row for a slice to fit the cache
+    while (fit <= kMaxCluster && slice_for(cols, fit, n) * 4 > kCacheBytes) fit *= 2;
+    const int par = batch_cluster(device, rows, cols, kMaxCluster, kMinCachedSlice);
+    for (int c = fit > par ? fit : par; c >= fit && fit <= kMaxCluster; c /= 2) {
+      const int64_t slice = slice_for(cols, c, n);
+      const int active = active_clusters(cached, device, c, static_cast<int>(slice * 4));
+      if (force == 1 ? active > 0 : rows <= active) return Shape{c, true, slice};
+    }
+  }
+  const int c = batch_cluster(device, rows, cols, max_streamed, kMinStreamedSlice);
+  return Shape{c, false, slice_for(cols, c, n)};
+}
+
+// The launch of a shape: kernel(args...) over rows clusters of shape.cluster CTAs (the cached
+// kernel with its slice of dynamic shared memory). Shared with sampling_draw.cuh.
+template <typename... Params, typename... Args>
+void launch_shape(const kernels::Launch& ctx, const Shape& shape, int64_t rows,
+                  void (*kernel)(Params...), Args&&... args) {
+  // gridDim.x takes up to 2^31 - 1.
+  TVM_FFI_CHECK(rows * shape.cluster < (int64_t{1} << 31), ValueError)
+      << ctx.op << ": the CUDA kernel takes B < 2^31 / " << shape.cluster << " rows, got " << rows;
+  kernels::LaunchConfig config(dim3(static_cast<unsigned>(rows * shape.cluster)), dim3(kThreads),
+                               shape.cache ? static_cast<size_t>(shape.slice * 4) : 0,
+                               ctx.stream, false, static_cast<unsigned>(shape.cluster));
+  kernels::check_launch(ctx.op, config.launch(kernel, std::forward<Args>(args)...));
+}
+
+template <typename T>
+bool vectorizable(const Params& p) {
+  constexpr int64_t N = kernels::kVectorBytes / sizeof(T);
+  return p.cols % N == 0 && p.x_stride % N == 0 && p.out_stride % N == 0 &&
+         kernels::is_aligned(p.x) && kernels::is_aligned(p.out);
+}
+
+template <typename T, bool kVec>
+Shape shape_for(int mode, int device, int64_t rows, int64_t cols) {
+  return choose_shape(reinterpret_cast<const void*>(kernel_for<T, kVec, true>(mode)), device,
+                      rows, cols, kernels::pack_width<T, kVec>, kMaxStreamedCluster);
+}
+
+template <typename T, bool kVec>
+void launch_vec(const kernels::Launch& ctx, int mode, int64_t rows, Params p) {
+  const Shape shape = shape_for<T, kVec>(mode, ctx.device, rows, p.cols);
+  p.cluster = shape.cluster;
+  p.slice = shape.slice;
+  launch_shape(ctx, shape, rows,
+               shape.cache ? kernel_for<T, kVec, true>(mode) : kernel_for<T, kVec, false>(mode),
+               false, p);
 }
 
 template <typename T>
 void launch(const kernels::Launch& ctx, int mode, int64_t rows, Params p) {
-  constexpr int64_t N = kernels::kVectorBytes / sizeof(T);
-  const bool vec = p.cols % N == 0 && p.x_stride % N == 0 && p.out_stride % N == 0 &&
-                   kernels::is_aligned(p.x) && kernels::is_aligned(p.out);
-  const KernelFn kernel = vec ? kernel_for<T, true>(mode) : kernel_for<T, false>(mode);
-  p.cluster = cluster_for(ctx.device, rows, p.cols);
-  const int64_t per = (p.cols + p.cluster - 1) / p.cluster;
-  p.slice = (per + N - 1) / N * N;  // slices start on whole packs
-  // One CTA (or one cluster of p.cluster CTAs) per row; gridDim.x takes up to 2^31 - 1.
-  TVM_FFI_CHECK(rows * p.cluster < (int64_t{1} << 31), ValueError)
-      << ctx.op << ": the CUDA kernel takes B < 2^31 rows, got " << rows;
-  kernels::LaunchConfig config(dim3(static_cast<unsigned>(rows * p.cluster)), dim3(kThreads), 0,
-                               ctx.stream, false, static_cast<unsigned>(p.cluster));
-  kernels::check_launch(ctx.op, config.launch(kernel, false, p));
+  if (vectorizable<T>(p))
+    launch_vec<T, true>(ctx, mode, rows, p);
+  else
+    launch_vec<T, false>(ctx, mode, rows, p);
 }
 
-// out [B, V] contiguous rows like x (same dtype); x [B, V] with a contiguous last dim; param a
-// per-row [B] tensor (int32/int64 for k, float32 for p) or None (then `value` for every row).
 inline void run(const char* op, int mode, tvm::ffi::TensorView out, tvm::ffi::TensorView x,
                 tvm::ffi::Optional<tvm::ffi::TensorView> param, double value) {
   const char* xname = mode == kMaskTopK ? "logits" : "probs";
@@ -555,3 +790,31 @@ inline void top_k_mask_logits(tvm::ffi::TensorView out, tvm::ffi::TensorView log
   d::run("sampling.top_k_mask_logits", d::kMaskTopK, out, logits, top_k_arr,
          static_cast<double>(top_k_val));
 }
+
+// Test hooks. sampling_filters_path: the path a call of `mode` (0 min_p, 1 top_k, 2 top_p,
+// 3 top_k_mask) on x (and an output laid out like it) takes: the cached cluster size, or 0 when
+// streamed. sampling_force_path: see sampling_filters_detail::force_path.
+inline int64_t sampling_filters_path(tvm::ffi::TensorView x, int64_t mode) {
+  namespace d = sampling_filters_detail;
+  constexpr const char* kOp = "sampling.filters_path";
+  kernels::check_ndim(kOp, "x", x, 2);
+  kernels::check_device(kOp, "x", x, kDLCUDA);
+  TVM_FFI_CHECK(mode >= d::kMinP && mode <= d::kMaskTopK, ValueError)
+      << kOp << ": mode must be 0-3, got " << mode;
+  kernels::DeviceGuard guard(x);
+  d::Params p{};
+  p.x = kernels::data<const void>(x);
+  p.out = kernels::data<void>(x);  // an output laid out like x
+  p.x_stride = p.out_stride = x.stride(0);
+  p.cols = x.size(1);
+  const int device = x.device().device_id;
+  d::Shape shape{};
+  KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
+    shape = d::vectorizable<T>(p)
+                ? d::shape_for<T, true>(static_cast<int>(mode), device, x.size(0), p.cols)
+                : d::shape_for<T, false>(static_cast<int>(mode), device, x.size(0), p.cols);
+  });
+  return shape.cache ? shape.cluster : 0;
+}
+
+inline void sampling_force_path(int64_t path) { sampling_filters_detail::force_path(path); }

@@ -1,11 +1,15 @@
 // sampling.sampling_from_probs, CUDA: one seeded inverse-CDF draw per output row.
 //
-// One CTA of 1024 threads per output row (the source row indices[i] or i). Pass 1 streams the row
-// (16 elements per thread in flight, 16-byte packs) for its fp32 total, the bad-row flag
-// (NaN/inf/negative entry) and the last index with a positive weight. Pass 2 walks the row in
-// tiles of 16 consecutive elements per thread (16384 per CTA step) in vocabulary order: a block
-// exclusive scan of the tile sums gives each thread its running prefix, the thread whose running
-// sum first exceeds u * total (on a positive weight) names the sample, and the walk stops there.
+// One CTA of 1024 threads per output row (the source row indices[i] or i), or for small batches a
+// thread-block cluster of 1-16 CTAs per row, each over a slice cached in shared memory (the
+// launch shape of filters.cuh's choose_shape; top_k_top_p_sampling_from_probs runs the filters'
+// radix search first). Pass 1 reads the slice (16 elements per thread in flight) for its fp32
+// total, the bad-row flag (NaN/inf/negative entry) and the last index with a positive weight;
+// a cluster combines the slice totals in rank order into the row total and each slice's prefix.
+// Pass 2 walks only the slice where u * total is crossed, in tiles of 16 consecutive elements
+// per thread in vocabulary order: a block exclusive scan of the tile sums gives each thread its
+// running prefix, the thread whose running sum first exceeds u * total (on a positive weight)
+// names the sample, and the walk stops there.
 // u = U(seed, offset, i, 0) is the project RNG (kernels_jit.rng.uniform) bit for bit. The prefix
 // sums are taken in a different order than torch.cumsum, so a sample may differ from the
 // reference's only where u * total lies within rounding of a CDF boundary.
@@ -13,7 +17,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(3);
 
 #include "filters.cuh"
 
@@ -42,6 +46,8 @@ struct Params {
   const int64_t* seed;
   const int64_t* offset;
   bool seed_per_row, offset_per_row;
+  int cluster;    // CTAs per output row (a thread-block cluster when > 1), each over one slice
+  int64_t slice;  // elements per CTA slice (a multiple of the pack width)
 };
 
 // E consecutive elements starting at `start` (zeros past cols) as fp32.
@@ -91,8 +97,9 @@ __device__ __forceinline__ int64_t source_row(const Params& p, int64_t i) {
   return (src < 0 || src >= p.rows) ? -1 : src;
 }
 
+// Thread 0 of rank 0 of the row's cluster writes the result.
 __device__ __forceinline__ void write_result(const Params& p, int64_t i, int64_t index, bool ok) {
-  if (threadIdx.x != 0) return;
+  if (threadIdx.x != 0 || blockIdx.x % p.cluster != 0) return;
   if (p.samples64)
     static_cast<int64_t*>(p.samples)[i] = index;
   else
@@ -100,90 +107,159 @@ __device__ __forceinline__ void write_result(const Params& p, int64_t i, int64_t
   p.valid[i] = ok;
 }
 
-// The draw over weights w = (v >= thr ? v : 0) of one row (thr = -inf: the whole row). `invalid`
-// (block-uniform) forces sample 0 / valid false; bad entries are judged over the whole row.
-template <typename T, bool kVec>
-__device__ void draw_row(const Params& p, int64_t i, const T* row, float thr, bool invalid,
-                         Shared& s) {
-  const int64_t cols = p.cols;
+// E consecutive values of the CTA's slice from `start` (zeros past len) as fp32: from global
+// memory (load_tile) or from the shared cache.
+template <typename T, bool kVec, bool kCache, int E>
+__device__ __forceinline__ void slice_tile(const f::Src<T, kVec, kCache>& src, int64_t start,
+                                           float* w) {
+  if constexpr (kCache) {
+#pragma unroll
+    for (int j = 0; j < E; ++j) w[j] = start + j < src.len ? src.c[start + j] : 0.0f;
+  } else {
+    load_tile<T, kVec, E>(src.g, start, src.len, w);
+  }
+}
+
+// Integer max / min over the cluster (rank order; identical in every CTA).
+__device__ __forceinline__ int cluster_int(int v, f::Shared& fs, int cluster, bool is_max) {
+  // Exact as floats for |v| < 2^24; slices are < 2^31 - 32768 and indices travel as two halves.
+  const int hi = v >> 12, lo = v & 0xFFF;  // v = hi * 4096 + lo, lo in [0, 4096)
+  if (cluster == 1) return v;
+  // Order on (hi, lo) lexicographically = order on v: combine hi, then lo among the winners.
+  const float h = f::cluster_combine(is_max ? static_cast<float>(hi) : -static_cast<float>(hi), fs,
+                                     cluster, true);
+  const int best_hi = is_max ? static_cast<int>(h) : -static_cast<int>(h);
+  const float lv = hi == best_hi ? (is_max ? static_cast<float>(lo) : -static_cast<float>(lo))
+                                 : -INFINITY;
+  const float l = f::cluster_combine(lv, fs, cluster, true);
+  const int best_lo = is_max ? static_cast<int>(l) : -static_cast<int>(l);
+  return best_hi * 4096 + best_lo;
+}
+
+// The draw over weights w = (v >= thr ? v : 0) of one row (thr = -inf: the whole row), this CTA
+// over its slice [start, start + src.len) of a cluster of p.cluster CTAs. `invalid`
+// (cluster-uniform) forces sample 0 / valid false; bad entries are judged over the whole row.
+// The running sum of a slice starts at the sum of the slices before it (rank order); the sample
+// is the first crossing of the lowest rank that has one.
+template <typename T, bool kVec, bool kCache>
+__device__ void draw_row(const Params& p, int64_t i, const f::Src<T, kVec, kCache>& src,
+                         int64_t start_col, float thr, bool invalid, Shared& s, f::Shared& fs) {
+  const int64_t len = src.len;
+  const int cluster = p.cluster;
   // Pass 1: kept total, bad flag, last kept positive index.
   if (threadIdx.x == 0) s.last_pos = -1;
   float part = 0.0f;
   bool bad = false;
   int last = -1;
   constexpr int E1 = 16;
-  for (int64_t base = static_cast<int64_t>(threadIdx.x) * E1; base < cols;
+  for (int64_t base = static_cast<int64_t>(threadIdx.x) * E1; base < len;
        base += static_cast<int64_t>(kThreads) * E1) {
     float w[E1];
-    load_tile<T, kVec, E1>(row, base, cols, w);
+    slice_tile<T, kVec, kCache, E1>(src, base, w);
 #pragma unroll
     for (int j = 0; j < E1; ++j) {
       bad |= f::bad_prob(w[j]);  // padding is 0: never bad
       const float x = w[j] >= thr ? w[j] : 0.0f;
       part += x;
-      if (x > 0.0f) last = static_cast<int>(base + j);
+      if (x > 0.0f) last = static_cast<int>(start_col + base + j);
     }
   }
   __syncthreads();
   if (last >= 0) atomicMax(&s.last_pos, last);
-  bad = __syncthreads_or(bad);
-  const float total = kernels::block_sum(part, s.red);
+  bad = f::row_or(bad, fs, cluster);
+  const float mine = kernels::block_sum(part, s.red);
+  float total = mine, carry = 0.0f;
+  if (cluster > 1) {
+    // The slices' sums in rank order: the total and this slice's exclusive prefix.
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    if (threadIdx.x == 0) fs.xfer = mine;
+    cl.sync();
+    const int lane = static_cast<int>(threadIdx.x & 31);
+    const int rank = static_cast<int>(cl.block_rank());
+    const float got = lane < cluster ? *cl.map_shared_rank(&fs.xfer, lane) : 0.0f;
+    total = 0.0f;
+    for (int r = 0; r < cluster; ++r) {
+      if (r == rank) carry = total;
+      total += __shfl_sync(0xFFFFFFFFu, got, r);
+    }
+    cl.sync();
+  }
+  const int last_pos = cluster_int(s.last_pos, fs, cluster, true);
   if (invalid || bad || !(total > 0.0f && total < INFINITY)) {
     write_result(p, i, 0, false);
     return;
   }
-  const int last_pos = s.last_pos;
   const int64_t seed = p.seed[p.seed_per_row ? i : 0];
   const int64_t offset = p.offset[p.offset_per_row ? i : 0];
   const float target = uniform(seed, offset, i, 0) * total;
 
-  // Pass 2: tiles in vocabulary order until the running sum exceeds target.
+  // Pass 2: tiles in vocabulary order until the running sum exceeds target (a slice whose sums
+  // stay at or below target, or that starts past it, finds nothing or a later index).
   if (threadIdx.x == 0) s.found = INT_MAX;
-  float carry = 0.0f;
-  for (int64_t step = 0; step < cols; step += static_cast<int64_t>(kThreads) * kTile) {
-    const int64_t start = step + static_cast<int64_t>(threadIdx.x) * kTile;
-    float w[kTile];
-    load_tile<T, kVec, kTile>(row, start, cols, w);
-    float local = 0.0f;
+  __syncthreads();
+  int found = INT_MAX;
+  if (carry + mine > target || cluster == 1) {
+    for (int64_t step = 0; step < len; step += static_cast<int64_t>(kThreads) * kTile) {
+      const int64_t start = step + static_cast<int64_t>(threadIdx.x) * kTile;
+      float w[kTile];
+      slice_tile<T, kVec, kCache, kTile>(src, start, w);
+      float local = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kTile; ++j) {
-      w[j] = w[j] >= thr ? w[j] : 0.0f;
-      local += w[j];
-    }
-    // Ends with __syncthreads: s.found (set last step) is stable here.
-    const float excl = f::block_exclusive_scan<float>(local, s.scan);
-    float c = carry + excl;
-    int hit = INT_MAX;
+      for (int j = 0; j < kTile; ++j) {
+        w[j] = w[j] >= thr ? w[j] : 0.0f;
+        local += w[j];
+      }
+      // Ends with __syncthreads: s.found (set last step) is stable here.
+      const float excl = f::block_exclusive_scan<float>(local, s.scan);
+      float c = carry + excl;
+      int hit = INT_MAX;
 #pragma unroll
-    for (int j = 0; j < kTile; ++j) {
-      c += w[j];
-      if (hit == INT_MAX && w[j] > 0.0f && c > target) hit = static_cast<int>(start + j);
-    }
-    if (hit != INT_MAX) atomicMin(&s.found, hit);
-    if (threadIdx.x == kThreads - 1) s.step_total = excl + local;
-    __syncthreads();
-    const int found = s.found;
-    carry += s.step_total;
-    __syncthreads();  // s.step_total is rewritten next step
-    if (found != INT_MAX) {
-      write_result(p, i, found, true);
-      return;
+      for (int j = 0; j < kTile; ++j) {
+        c += w[j];
+        if (hit == INT_MAX && w[j] > 0.0f && c > target)
+          hit = static_cast<int>(start_col + start + j);
+      }
+      if (hit != INT_MAX) atomicMin(&s.found, hit);
+      if (threadIdx.x == kThreads - 1) s.step_total = excl + local;
+      __syncthreads();
+      found = s.found;
+      carry += s.step_total;
+      __syncthreads();  // s.step_total is rewritten next step
+      if (found != INT_MAX) break;
     }
   }
-  // u * total rounded up to (or past) our last prefix: the last token with weight.
-  write_result(p, i, last_pos, true);
+  found = cluster_int(found, fs, cluster, false);
+  // u * total rounded up to (or past) every prefix: the last token with weight.
+  write_result(p, i, found != INT_MAX ? found : last_pos, true);
 }
 
-template <typename T, bool kVec>
+// This CTA's part of output row i = blockIdx.x / p.cluster: the slice of its source row.
+template <typename T, bool kVec, bool kCache>
+__device__ __forceinline__ f::Src<T, kVec, kCache> draw_src(const Params& p, int64_t src_row) {
+  const int64_t start = static_cast<int64_t>(blockIdx.x % p.cluster) * p.slice;
+  const int64_t left = p.cols - start;
+  const int64_t len = left < 0 ? 0 : (left < p.slice ? left : p.slice);
+  f::Src<T, kVec, kCache> src{static_cast<const T*>(p.x) + src_row * p.x_stride + start,
+                              reinterpret_cast<const float*>(f::filters_cache_), len};
+  if constexpr (kCache)
+    f::fill_cache<T, kVec>(src.g, reinterpret_cast<float*>(f::filters_cache_), len);
+  return src;
+}
+
+template <typename T, bool kVec, bool kCache>
 __global__ void __launch_bounds__(kThreads) draw_kernel(Params p) {
   __shared__ Shared s;
-  const int64_t i = blockIdx.x;
-  const int64_t src = source_row(p, i);
-  if (src < 0) {  // block-uniform: never read outside probs
+  __shared__ f::Shared fs;
+  const int64_t i = blockIdx.x / p.cluster;
+  const int64_t src_row = source_row(p, i);
+  if (src_row < 0) {  // cluster-uniform: never read outside probs
     write_result(p, i, 0, false);
     return;
   }
-  draw_row<T, kVec>(p, i, static_cast<const T*>(p.x) + src * p.x_stride, -INFINITY, false, s);
+  const auto src = draw_src<T, kVec, kCache>(p, src_row);
+  const int64_t start = static_cast<int64_t>(blockIdx.x % p.cluster) * p.slice;
+  draw_row(p, i, src, start, -INFINITY, false, s, fs);
 }
 
 // Per-source-row filter parameters of top_k_top_p_sampling_from_probs.
@@ -196,53 +272,49 @@ struct FilterParams {
   bool joint;  // "joint": both rules on the original row; else top-p on the top-k renormalised row
 };
 
-// Sum and maximum of a row (block-wide).
-template <typename T, bool kVec>
-__device__ __forceinline__ void sum_max(const T* row, int64_t cols, float thr, float& sum,
-                                        float& mx, f::Shared& fs) {
-  float part = 0.0f, m = -INFINITY;
-  f::for_row<T, kVec>(row, cols, [&](float v) {
-    if (v >= thr) part += v;
-    m = fmaxf(m, v);
-  });
-  sum = kernels::block_sum(part, fs.red);
-  mx = kernels::block_max(m, fs.red);
-}
-
-template <typename T, bool kVec>
+template <typename T, bool kVec, bool kCache>
 __global__ void __launch_bounds__(kThreads) top_k_top_p_kernel(Params p, FilterParams fp) {
   __shared__ Shared s;
   __shared__ f::Shared fs;
-  const int64_t i = blockIdx.x;
-  const int64_t src = source_row(p, i);
-  if (src < 0) {
+  const int64_t i = blockIdx.x / p.cluster;
+  const int64_t src_row = source_row(p, i);
+  if (src_row < 0) {
     write_result(p, i, 0, false);
     return;
   }
-  const T* row = static_cast<const T*>(p.x) + src * p.x_stride;
+  const auto src = draw_src<T, kVec, kCache>(p, src_row);
+  const int64_t start = static_cast<int64_t>(blockIdx.x % p.cluster) * p.slice;
   const int64_t cols = p.cols;
+  const int cluster = p.cluster;
   int64_t k = fp.k_val;
   if (fp.k_arr != nullptr)
-    k = fp.k64 ? static_cast<const int64_t*>(fp.k_arr)[src]
-               : static_cast<int64_t>(static_cast<const int32_t*>(fp.k_arr)[src]);
-  const float tp = fp.p_arr != nullptr ? fp.p_arr[src] : fp.p_val;
+    k = fp.k64 ? static_cast<const int64_t*>(fp.k_arr)[src_row]
+               : static_cast<int64_t>(static_cast<const int32_t*>(fp.k_arr)[src_row]);
+  const float tp = fp.p_arr != nullptr ? fp.p_arr[src_row] : fp.p_val;
   // Top-k: keep v >= thr_k (the k-th largest value), kept sum sum_k.
   float thr_k = -INFINITY, sum_k = 0.0f, mx = 0.0f;
   const bool k_on = k > 0 && k < cols;
   if (k_on) {
-    const f::Threshold t = f::radix_threshold<T, kVec, false, true>(row, cols, 0.0f,
-                                                                    static_cast<int>(k), fs, 1);
+    const f::Threshold t =
+        f::radix_threshold<false, true>(src, 0.0f, static_cast<int>(k), fs, cluster);
     thr_k = t.value;
     sum_k = t.kept_sum;
   }
   // Top-p: keep v >= thr_p. On the original row (joint) the rule is S_gt(v) < tp; on the top-k
   // renormalised row (top_k_first) it is S_gt(v) / sum_k < tp, i.e. S_gt(v) < tp * sum_k over the
-  // same values (every value strictly greater than a kept one is kept by top-k).
+  // same values (every value strictly greater than a kept one is kept by top-k). Either way only
+  // values >= thr_k matter (S_gt of such a value only sums values above it), so the top-p search
+  // runs over the top-k survivors alone (floor key).
   float thr_p = -INFINITY;
   if (tp == tp && tp < 1.0f) {
     if (tp <= 0.0f || (!fp.joint && !k_on)) {
-      float total;
-      sum_max<T, kVec>(row, cols, -INFINITY, total, mx, fs);
+      float part = 0.0f, m = -INFINITY;
+      src.each([&](float v) {
+        if (v >= -INFINITY) part += v;
+        m = fmaxf(m, v);
+      });
+      const float total = f::row_sum(part, fs, cluster);
+      mx = f::row_max(m, fs, cluster);
       if (!k_on) sum_k = total;
     }
     if (tp <= 0.0f) {
@@ -250,10 +322,11 @@ __global__ void __launch_bounds__(kThreads) top_k_top_p_kernel(Params p, FilterP
     } else if (fp.joint || (sum_k >= f::kMinSum && sum_k < INFINITY)) {
       // top_k_first with a kept sum < 1e-8: the renormalised row is zero, top-p keeps it all.
       const float target = fp.joint ? tp : tp * sum_k;
-      thr_p = f::radix_threshold<T, kVec, true, true>(row, cols, target, 0, fs, 1).value;
+      const uint32_t floor_key = k_on ? f::key_of(thr_k) : 0u;
+      thr_p = f::radix_threshold<true, true>(src, target, 0, fs, cluster, floor_key).value;
     }
   }
-  draw_row<T, kVec>(p, i, row, fmaxf(thr_k, thr_p), tp != tp, s);
+  draw_row(p, i, src, start, fmaxf(thr_k, thr_p), tp != tp, s, fs);
 }
 
 }  // namespace sampling_draw_detail
@@ -349,6 +422,41 @@ bool vectorizable(const Params& p) {
   return p.cols % N == 0 && p.x_stride % N == 0 && kernels::is_aligned(p.x);
 }
 
+// One cluster of p.cluster CTAs per output row (sampling_filters_detail::choose_shape): the
+// cached kernel for batches whose clusters are all resident at once, else the streamed one with
+// one CTA per output row.
+template <typename T, bool kVec>
+f::Shape shape_for(int device, int64_t out_rows, int64_t cols, bool filtered) {
+  const auto cached = filtered ? reinterpret_cast<const void*>(top_k_top_p_kernel<T, kVec, true>)
+                               : reinterpret_cast<const void*>(draw_kernel<T, kVec, true>);
+  return f::choose_shape(cached, device, out_rows, cols, kernels::pack_width<T, kVec>, 1);
+}
+
+template <typename T, bool kVec, typename... Extra>
+void launch_vec(const kernels::Launch& ctx, int64_t out_rows, Params p, Extra... extra) {
+  constexpr bool kFiltered = sizeof...(Extra) == 1;
+  const f::Shape shape = shape_for<T, kVec>(ctx.device, out_rows, p.cols, kFiltered);
+  p.cluster = shape.cluster;
+  p.slice = shape.slice;
+  if constexpr (kFiltered)
+    f::launch_shape(ctx, shape, out_rows,
+                    shape.cache ? top_k_top_p_kernel<T, kVec, true>
+                                : top_k_top_p_kernel<T, kVec, false>,
+                    p, extra...);
+  else
+    f::launch_shape(ctx, shape, out_rows,
+                    shape.cache ? draw_kernel<T, kVec, true> : draw_kernel<T, kVec, false>, p);
+}
+
+// Dispatch on the pack width: extra is empty (sampling_from_probs) or the FilterParams.
+template <typename T, typename... Extra>
+void launch(const kernels::Launch& ctx, int64_t out_rows, const Params& p, Extra... extra) {
+  if (vectorizable<T>(p))
+    launch_vec<T, true>(ctx, out_rows, p, extra...);
+  else
+    launch_vec<T, false>(ctx, out_rows, p, extra...);
+}
+
 }  // namespace sampling_draw_detail
 
 inline void sampling_from_probs(tvm::ffi::TensorView samples, tvm::ffi::TensorView valid,
@@ -364,12 +472,9 @@ inline void sampling_from_probs(tvm::ffi::TensorView samples, tvm::ffi::TensorVi
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(probs);
   const kernels::Launch ctx(op, probs);
-  // 4. Dispatch on dtype and launch: one CTA per output row.
-  const unsigned grid = static_cast<unsigned>(samples.size(0));
+  // 4. Dispatch on dtype and launch: one cluster (or CTA) per output row.
   KERNELS_DISPATCH_FLOAT(probs.dtype(), op, T, [&] {
-    auto kernel = d::vectorizable<T>(p) ? d::draw_kernel<T, true> : d::draw_kernel<T, false>;
-    kernel<<<grid, d::kThreads, 0, ctx.stream>>>(p);
-    kernels::check_launch(op, cudaGetLastError());
+    d::launch<T>(ctx, samples.size(0), p);
   });
 }
 
@@ -423,12 +528,29 @@ inline void top_k_top_p_sampling_from_probs(
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(probs);
   const kernels::Launch ctx(op, probs);
-  // 4. Dispatch on dtype and launch: one CTA per output row.
-  const unsigned grid = static_cast<unsigned>(samples.size(0));
+  // 4. Dispatch on dtype and launch: one cluster (or CTA) per output row.
   KERNELS_DISPATCH_FLOAT(probs.dtype(), op, T, [&] {
-    auto kernel =
-        d::vectorizable<T>(p) ? d::top_k_top_p_kernel<T, true> : d::top_k_top_p_kernel<T, false>;
-    kernel<<<grid, d::kThreads, 0, ctx.stream>>>(p, fp);
-    kernels::check_launch(op, cudaGetLastError());
+    d::launch<T>(ctx, samples.size(0), p, fp);
   });
+}
+
+// Test hook: the path a draw over probs with out_rows output rows takes (filtered: the
+// top_k_top_p kernel): the cached cluster size, or 0 when streamed.
+inline int64_t sampling_draw_path(tvm::ffi::TensorView probs, int64_t out_rows, bool filtered) {
+  namespace d = sampling_draw_detail;
+  constexpr const char* kOp = "sampling.draw_path";
+  kernels::check_ndim(kOp, "probs", probs, 2);
+  kernels::check_device(kOp, "probs", probs, kDLCUDA);
+  kernels::DeviceGuard guard(probs);
+  d::Params p{};
+  p.x = kernels::data<const void>(probs);
+  p.x_stride = probs.stride(0);
+  p.cols = probs.size(1);
+  const int device = probs.device().device_id;
+  sampling_filters_detail::Shape shape{};
+  KERNELS_DISPATCH_FLOAT(probs.dtype(), kOp, T, [&] {
+    shape = d::vectorizable<T>(p) ? d::shape_for<T, true>(device, out_rows, p.cols, filtered)
+                                  : d::shape_for<T, false>(device, out_rows, p.cols, filtered);
+  });
+  return shape.cache ? shape.cluster : 0;
 }

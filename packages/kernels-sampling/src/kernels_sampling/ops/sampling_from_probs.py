@@ -48,8 +48,13 @@ SAMPLING_DRAW_CUDA = ModuleSpec(
     exports=(
         ("sampling_from_probs", "sampling_from_probs"),
         ("top_k_top_p_sampling_from_probs", "top_k_top_p_sampling_from_probs"),
+        ("sampling_draw_path", "sampling_draw_path"),
+        ("sampling_force_path", "sampling_force_path"),
     ),
-    description="CUDA: seeded inverse-CDF draws (top-k/top-p filtered), a CTA per output row",
+    description=(
+        "CUDA: seeded inverse-CDF draws (top-k/top-p filtered), a cluster of cached slices per "
+        "row for small batches, a CTA per row otherwise"
+    ),
 )
 
 _sampling_from_probs_cuda = CompiledFunction(SAMPLING_DRAW_CUDA, "sampling_from_probs")
