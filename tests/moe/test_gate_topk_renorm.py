@@ -162,6 +162,32 @@ def test_ties_of_experts_and_groups_go_low(device):
 
 
 @pytest.mark.parametrize("device", _device_params())
+@pytest.mark.parametrize(
+    "config", ((256, 8, 8, 4), (256, 32, 8, 4), (384, 16, 1, 1), (60, 6, 6, 3)), ids=str
+)
+def test_many_exact_ties_of_experts_and_groups(device, config):
+    """Logits 0 or -inf (s = 0.5 or 0, exact) and an integer bias in [0, 2]: many equal selection
+    scores within a lane's slots, across lanes and across group scores, all exact in fp32 and
+    fp64; the lower expert and group must win. T = 5 is not a multiple of 4 tokens per block."""
+    experts, k, n_group, topk_group = config
+    g = torch.Generator().manual_seed(experts + k)
+    logits = torch.where(torch.rand(5, experts, generator=g) < 0.3, float("-inf"), 0.0)
+    bias = torch.randint(0, 3, (experts,), generator=g).float()
+    w_ref, ids_ref = _expected(logits, bias, k, n_group, topk_group)
+    for backend in BACKENDS[device]:
+        w, ids = gate_topk_renorm(
+            logits.to(device),
+            bias.to(device),
+            k,
+            n_group=n_group,
+            topk_group=topk_group,
+            backend=backend,
+        )
+        assert_close(ids, ids_ref, name=f"{backend} ids")
+        assert_close(w, w_ref.float(), name=f"{backend} weights")
+
+
+@pytest.mark.parametrize("device", _device_params())
 def test_group_score_counts_duplicates(device):
     # Group 0 holds [5, 5, 0] -> 10; group 1 holds [6, 1, 1] -> 7: group 0 wins on its top-2 sum.
     bias = torch.tensor([5.0, 5.0, 0.0, 6.0, 1.0, 1.0], device=device)

@@ -122,6 +122,23 @@ def test_ties_go_to_the_lower_expert(device):
 
 
 @pytest.mark.parametrize("device", _device_params())
+@pytest.mark.parametrize("config", ((7, 256, 8), (5, 256, 32), (6, 100, 12), (3, 384, 16)), ids=str)
+def test_many_exact_ties_across_lanes_and_slots(device, config):
+    """Integer logits in [0, 3]: each lane's slots and the warp's lanes hold many equal
+    probabilities (equal logits give equal fp32 and fp64 probabilities, distinct ones stay far
+    apart), so the per-lane sort and the head rounds must keep the lower expert first. T is not
+    a multiple of the 4 tokens per block."""
+    tokens, experts, k = config
+    g = torch.Generator().manual_seed(experts + k)
+    gating = torch.randint(0, 4, (tokens, experts), generator=g).float().to(device)
+    w_ref, ids_ref = _expected(gating, k, True)
+    for backend in BACKENDS[device]:
+        w, ids = _run(gating, k, True, backend=backend)
+        assert_close(ids, ids_ref, name=f"{backend} ids")
+        assert_close(w, w_ref.float(), name=f"{backend} weights")
+
+
+@pytest.mark.parametrize("device", _device_params())
 def test_nan_logits_give_nan_weights(device):
     gating = torch.tensor([[0.0, float("nan"), 1.0], [0.0, 1.0, 2.0]], device=device)
     for backend in BACKENDS[device]:

@@ -4,14 +4,20 @@
 // get weight s, divided by the sum when renormalising (not when it is 0), times the scaling
 // factor when applied on output.
 //
-// One warp per token, 4 tokens per block of 128 threads: lane `l` holds experts l, l + 32, ...
-// (kPer = ceil(E / 32) slots in registers, E <= 1024; all loads issued at once, coalesced).
-// Group scores: per group, a lane-local top-2 over its experts in the group, then two warp
-// maxima (redux.sync) and a ballot give the group's top two (groups of exactly 32 experts, as
-// DeepSeek-V3's 256 / 8, skip the lane-local pass: group g is register slot g); lane g keeps
-// group g's score (n_group <= 32) and topk_group rounds of a warp key max pick the groups.
-// Then k rounds of a warp key max (moe_common::warp_topk) pick the experts (k <= 32); lane j
-// writes column j.
+// One warp per token, 4 tokens per block of 128 threads (no shared memory, no block barrier):
+// lane `l` holds experts l, l + 32, ... (kPer = ceil(E / 32) slots rounded up to a power of
+// two, in registers, E <= 1024; the logits and bias rows' loads are all issued at once,
+// coalesced). Group scores: per group, a lane-local top-2 over its experts in the group, then
+// two warp maxima (redux.sync) and a ballot give the group's top two (groups of exactly 32
+// experts, as DeepSeek-V3's 256 / 8, skip the lane-local pass: group g is register slot g);
+// lane g keeps group g's score (n_group <= 32), counts the groups that beat it (n_group
+// shuffles) and a ballot of "fewer than topk_group" is the kept set. Then moe_common::warp_topk
+// (each lane's keys sorted once, k rounds of a warp max over the heads) picks the experts
+// (k <= 32); lane j writes column j.
+//
+// Predicted on the H200 (DeepSeek-V3, T <= 128): the bias row was loaded one dependent slot at a
+// time (8 serial memory latencies, ~3 us of the 6.0 us); with it loaded beside the logits and
+// the selection rounds shortened as in topk_softmax, ~2.5-3 us; T = 8192 23.3 -> ~12 us.
 #pragma once
 
 #include <kernels/version.h>
@@ -72,13 +78,14 @@ __global__ void __launch_bounds__(kThreads) gate_topk_renorm_kernel(bool pdl, Pa
     const int e = i * 32 + lane;
     s[i] = e < p.experts ? kernels::to_float(row[e]) : 0.0f;
   }
+  // The bias row's loads go out with the logits' (one memory latency for both, not one per
+  // slot behind each branch); sb holds the bias until the sum.
+  if (p.bias) moe_common::load_row_slots<kPer>(sb, p.bias, p.bias_code, lane, p.experts);
   if (pdl) kernels::pdl_launch_dependents();
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    const int e = i * 32 + lane;
     s[i] = 1.0f / (1.0f + expf(-s[i]));
-    float b = s[i];
-    if (p.bias && e < p.experts) b += moe_common::load_float(p.bias, p.bias_code, e);
+    const float b = p.bias ? s[i] + sb[i] : s[i];
     sb[i] = isnan(b) ? kNanScore : b;
   }
   if (p.n_group > 1) {
@@ -124,17 +131,17 @@ __global__ void __launch_bounds__(kThreads) gate_topk_renorm_kernel(bool pdl, Pa
           my_score = moe_common::from_ordered_bits(top) + moe_common::from_ordered_bits(next);
       }
     }
-    unsigned long long gkey =
-        lane < p.n_group
-            ? moe_common::score_key(isnan(my_score) ? kNanScore : my_score, lane)
-            : 0ull;
-    unsigned kept = 0;
-    for (int r = 0; r < p.topk_group; ++r) {
-      const unsigned long long best = moe_common::warp_max_key(gkey);
-      const int g = moe_common::key_expert(best);
-      kept |= 1u << g;
-      if (lane == g) gkey = 0;
+    // Group g (lane g) is kept when fewer than topk_group groups beat it (a larger score, or
+    // an equal one and a lower index): n_group independent shuffles and compares, not
+    // topk_group rounds of dependent warp reductions.
+    const uint32_t mine = moe_common::ordered_bits(isnan(my_score) ? kNanScore : my_score);
+    int beaten_by = 0;
+    for (int h = 0; h < p.n_group; ++h) {
+      const uint32_t other = __shfl_sync(0xffffffffu, mine, h);
+      beaten_by += other > mine || (other == mine && h < lane);
     }
+    const unsigned kept =
+        __ballot_sync(0xffffffffu, lane < p.n_group && beaten_by < p.topk_group);
 #pragma unroll
     for (int i = 0; i < kPer; ++i)
       if (group[i] >= 0 && !((kept >> group[i]) & 1u)) sb[i] = -INFINITY;
@@ -147,7 +154,7 @@ __global__ void __launch_bounds__(kThreads) gate_topk_renorm_kernel(bool pdl, Pa
   }
   int expert;
   float weight, sum;
-  moe_common::warp_topk<kPer>(key, s, p.k, lane, expert, weight, sum);
+  moe_common::warp_topk<kPer, false>(key, s, p.k, lane, expert, weight, sum);
   if (lane < p.k) {
     if (p.renormalize && sum != 0.0f) weight = weight / sum;
     weight *= p.scale;
@@ -168,8 +175,6 @@ void launch_groups(const kernels::Launch& ctx, const Params& p) {
     kernels::launch(ctx, gate_topk_renorm_kernel<T, 4, kGroup32>, grid, kThreads, p);
   else if (per <= 8)
     kernels::launch(ctx, gate_topk_renorm_kernel<T, 8, kGroup32>, grid, kThreads, p);
-  else if (per <= 12)
-    kernels::launch(ctx, gate_topk_renorm_kernel<T, 12, kGroup32>, grid, kThreads, p);
   else if (per <= 16)
     kernels::launch(ctx, gate_topk_renorm_kernel<T, 16, kGroup32>, grid, kThreads, p);
   else

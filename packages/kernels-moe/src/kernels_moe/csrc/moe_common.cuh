@@ -1,6 +1,7 @@
 // Helpers shared by the kernels-moe CUDA sources: a scalar read of a float tensor of any float
 // dtype (weights and biases may differ in dtype from the main operand), the order-preserving
-// (score, expert id) keys of the warp top-k, and small host checks.
+// (score, expert id) keys and the sorted-head warp top-k of the routing kernels, and small host
+// checks.
 #pragma once
 
 #include <kernels/version.h>
@@ -108,38 +109,104 @@ __device__ __forceinline__ unsigned long long warp_max_key(unsigned long long ke
 #endif
 }
 
-// The k <= 32 largest keys of a warp's row, descending: each lane holds kPer (key, value) pairs
-// (key 0: not a candidate; keys are distinct). Round j leaves the j-th winner's expert and value
-// in lane j (`my_expert`, `my_value`); every lane gets the sum of the k values in selection
-// order. A round is a lane-local max over the keys below the previous winner, a warp key max
-// and one shuffle of the winner's value from its lane (expert e lives in lane e % 32).
+// A row's elements lane, lane + 32, ... (kPer slots, the warp's row of E elements) of a float
+// array of dtype `code` as fp32, 0 past E; the loads are issued back to back.
 template <int kPer>
-__device__ __forceinline__ void warp_topk(const unsigned long long (&key)[kPer],
-                                          const float (&value)[kPer], int k, int lane,
-                                          int& my_expert, float& my_value, float& sum) {
+__device__ __forceinline__ void load_row_slots(float (&out)[kPer], const void* p, int code,
+                                               int lane, int experts) {
+  const int bytes = code == kF32 ? 4 : 2;
+  load_floats<kPer>(out, static_cast<const char*>(p) + lane * bytes, code, 32,
+                    (experts - lane + 31) / 32);
+}
+
+// The warp's largest float, in every lane: one redux.sync over order-preserving bits (sm_80+).
+// A positive-signed NaN wins (fmaxf would skip it); callers whose NaN input makes every result
+// NaN anyway (softmax) do not mind.
+__device__ __forceinline__ float warp_max_float(float x) {
+  return from_ordered_bits(warp_max_u32(ordered_bits(x)));
+}
+
+// Compare-exchange `index` (of odd_even_merge_count(n)) of Batcher's odd-even merge sort of n (a
+// power of two) elements, as first * n + second: a constexpr walk of the network's loops, so the
+// sort below sees constant register indices (nvcc's unroller leaves the nested loops with
+// data-dependent bounds rolled, and the arrays on the stack).
+constexpr int odd_even_merge_pair(int n, int index) {
+  int count = 0;
+  for (int p = 1; p < n; p <<= 1)
+    for (int k = p; k >= 1; k >>= 1)
+      for (int j = k % p; j + k < n; j += 2 * k)
+        for (int i = 0; i < k && i + j + k < n; ++i)
+          if ((i + j) / (2 * p) == (i + j + k) / (2 * p)) {
+            if (count == index) return (i + j) * n + i + j + k;
+            ++count;
+          }
+  return count;  // index == count: the number of compare-exchanges
+}
+constexpr int odd_even_merge_count(int n) { return odd_even_merge_pair(n, -1); }
+
+template <int kPer, bool kCarry, int kIndex>
+__device__ __forceinline__ void compare_exchange(unsigned long long (&key)[kPer],
+                                                 float (&value)[kPer]) {
+  if constexpr (kIndex < odd_even_merge_count(kPer)) {
+    constexpr int a = odd_even_merge_pair(kPer, kIndex) / kPer;
+    constexpr int b = odd_even_merge_pair(kPer, kIndex) % kPer;
+    const bool swap = key[b] > key[a];
+    const unsigned long long ka = key[a], kb = key[b];
+    key[a] = swap ? kb : ka;
+    key[b] = swap ? ka : kb;
+    if constexpr (kCarry) {
+      const float va = value[a], vb = value[b];
+      value[a] = swap ? vb : va;
+      value[b] = swap ? va : vb;
+    }
+    compare_exchange<kPer, kCarry, kIndex + 1>(key, value);
+  }
+}
+
+// Sorts kPer (key, value) pairs by descending key in registers: Batcher's odd-even merge sort
+// (kPer a power of two; 19 compare-exchanges for 8). kCarry = false leaves `value` alone.
+template <int kPer, bool kCarry>
+__device__ __forceinline__ void sort_desc(unsigned long long (&key)[kPer], float (&value)[kPer]) {
+  static_assert((kPer & (kPer - 1)) == 0, "sort_desc takes a power-of-two length");
+  compare_exchange<kPer, kCarry, 0>(key, value);
+}
+
+// The k <= 32 largest keys of a warp's row, descending: each lane holds kPer (key, value) pairs
+// (kPer a power of two; key 0: not a candidate; keys are distinct; expert e lives in lane
+// e % 32). Round j leaves the j-th winner's expert and value in lane j (`my_expert`,
+// `my_value`); every lane gets the sum of the k values in selection order.
+//
+// Each lane sorts its pairs once, so a round is a warp key max over the lanes' heads (two
+// redux.sync) and the winning lane's shift by one slot: the round's dependent chain is the two
+// reductions and a few selects, not a kPer-long lane-local scan. kValueFromKey: the value is the
+// key's score (softmax probabilities) and needs no shuffle; otherwise it is shuffled from the
+// winner's lane (off the chain: the next round does not wait for it).
+template <int kPer, bool kValueFromKey>
+__device__ __forceinline__ void warp_topk(unsigned long long (&key)[kPer], float (&value)[kPer],
+                                          int k, int lane, int& my_expert, float& my_value,
+                                          float& sum) {
+  sort_desc<kPer, !kValueFromKey>(key, value);
   sum = 0.0f;
   my_expert = 0;
   my_value = 0.0f;
-  unsigned long long bound = ~0ull;
   for (int j = 0; j < k; ++j) {
-    unsigned long long best = 0;
-    float best_value = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      if (key[i] < bound && key[i] > best) {
-        best = key[i];
-        best_value = value[i];
-      }
-    }
-    best = warp_max_key(best);
+    const unsigned long long best = warp_max_key(key[0]);
     const int expert = key_expert(best);
-    const float v = __shfl_sync(0xffffffffu, best_value, expert & 31);
+    const float v = kValueFromKey ? from_ordered_bits(static_cast<uint32_t>(best >> 32))
+                                  : __shfl_sync(0xffffffffu, value[0], expert & 31);
     if (lane == j) {
       my_expert = expert;
       my_value = v;
     }
     sum += v;
-    bound = best;
+    if (key[0] == best) {  // this lane's head won: the next slot becomes its head
+#pragma unroll
+      for (int i = 0; i + 1 < kPer; ++i) {
+        key[i] = key[i + 1];
+        if constexpr (!kValueFromKey) value[i] = value[i + 1];
+      }
+      key[kPer - 1] = 0;
+    }
   }
 }
 

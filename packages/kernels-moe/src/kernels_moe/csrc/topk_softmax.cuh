@@ -2,11 +2,18 @@
 // p = softmax(l); the k largest p (ties to the lower expert id) and their p, divided by their sum
 // when renormalising.
 //
-// One warp per token, 4 tokens per block of 128 threads: lane `l` holds experts l, l + 32, ...
-// in registers (kPer = ceil(E / 32) slots, E <= 1024; the row's loads are all issued at once,
-// coalesced), a warp max and sum give the softmax, then k rounds of a lane-local max plus a warp
-// shuffle max over 64-bit (score, ~expert) keys select the experts (k <= 32). Lane j writes
-// column j. NaN logits make the row's probabilities NaN (no repair), as the reference.
+// One warp per token, 4 tokens per block of 128 threads (no shared memory, no block barrier):
+// lane `l` holds experts l, l + 32, ... in registers (kPer = ceil(E / 32) slots rounded up to a
+// power of two, E <= 1024; the gating and bias rows' loads are all issued at once, coalesced),
+// a warp max (one redux.sync) and a shuffle sum give the softmax, then moe_common::warp_topk
+// sorts each lane's (probability, ~expert) keys and takes k rounds of a warp max over the lanes'
+// heads (k <= 32; ties to the lower expert). Lane j writes column j. NaN logits make the row's
+// probabilities NaN (no repair), as the reference.
+//
+// Predicted on the H200 (E 256, k 8): a round's chain drops from a 32-instruction lane-local
+// scan of 64-bit keys plus two reductions to the two reductions plus a few selects (~200 ->
+// ~80 cycles, ~0.5 us over 8 rounds at T <= 128), and the instructions per token from ~1000 to
+// ~550 (T = 8192 is issue-bound: 15.2 -> ~9 us).
 #pragma once
 
 #include <kernels/version.h>
@@ -48,44 +55,53 @@ __global__ void __launch_bounds__(kThreads) topk_softmax_kernel(bool pdl, Params
   if (pdl) kernels::pdl_wait();
   if (token >= p.tokens) return;  // the whole warp leaves together
   const T* row = static_cast<const T*>(p.gating) + token * p.g_s0;
-  float v[kPer];
+  float v[kPer], bias[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = i * 32 + lane;
     v[i] = e < p.experts ? kernels::to_float(row[e]) : -INFINITY;
   }
+  // The bias row's loads go out with the gating row's (one memory latency for both, not one
+  // per slot behind each branch).
+  if (p.bias) moe_common::load_row_slots<kPer>(bias, p.bias, p.bias_code, lane, p.experts);
   if (pdl) kernels::pdl_launch_dependents();
+  // Uniform branches outside the slot loops; slots past E stay -inf (their bias reads 0), so
+  // the max and exp loops need no per-slot test.
+  if (p.softcap != 0.0f) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (i * 32 + lane < p.experts) v[i] = p.softcap * tanhf(v[i] / p.softcap);
+  }
+  if (p.bias) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) v[i] += bias[i];
+  }
   float peak = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int e = i * 32 + lane;
-    if (e < p.experts) {
-      if (p.softcap != 0.0f) v[i] = p.softcap * tanhf(v[i] / p.softcap);
-      if (p.bias) v[i] += moe_common::load_float(p.bias, p.bias_code, e);
-      peak = fmaxf(peak, v[i]);
-    }
-  }
-  peak = kernels::warp_max(peak);
+  for (int i = 0; i < kPer; ++i) peak = fmaxf(peak, v[i]);
+  peak = moe_common::warp_max_float(peak);
   float total = 0.0f;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    const int e = i * 32 + lane;
-    v[i] = e < p.experts ? expf(v[i] - peak) : 0.0f;
+    v[i] = expf(v[i] - peak);  // 0 past E (NaN only when peak is -inf: a NaN row anyway)
     total += v[i];
   }
   total = kernels::warp_sum(total);
+  // A NaN or +inf logit makes every probability NaN (exp(NaN) or inf - inf in the sum), so the
+  // row's weights are all NaN and its keys all rank as +inf (torch's descending sort puts NaN
+  // first): ids 0, 1, ... as the reference.
+  const bool nan_row = isnan(total);
   unsigned long long key[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = i * 32 + lane;
-    v[i] = v[i] / total;
-    // NaN probabilities rank first (torch's descending sort); the weights are NaN anyway.
-    key[i] = e < p.experts ? moe_common::score_key(isnan(v[i]) ? INFINITY : v[i], e) : 0ull;
+    key[i] = e < p.experts ? moe_common::score_key(nan_row ? INFINITY : v[i] / total, e) : 0ull;
   }
   int expert;
   float weight, sum;
-  moe_common::warp_topk<kPer>(key, v, p.k, lane, expert, weight, sum);
+  moe_common::warp_topk<kPer, true>(key, v, p.k, lane, expert, weight, sum);
   if (lane < p.k) {
+    if (nan_row) weight = NAN;
     if (p.renormalize) weight = weight / sum;
     p.weights[token * p.w_s0 + lane * p.w_s1] = weight;
     p.ids[token * p.i_s0 + lane * p.i_s1] = expert;
@@ -95,7 +111,7 @@ __global__ void __launch_bounds__(kThreads) topk_softmax_kernel(bool pdl, Params
 template <typename T>
 void launch(const kernels::Launch& ctx, const Params& p) {
   const unsigned grid = kernels::ceil_div(p.tokens, kWarps);
-  const int per = (p.experts + 31) / 32;
+  const int per = (p.experts + 31) / 32;  // slots per lane, rounded up to a power of two
   if (per <= 1)
     kernels::launch(ctx, topk_softmax_kernel<T, 1>, grid, kThreads, p);
   else if (per <= 2)
@@ -104,8 +120,6 @@ void launch(const kernels::Launch& ctx, const Params& p) {
     kernels::launch(ctx, topk_softmax_kernel<T, 4>, grid, kThreads, p);
   else if (per <= 8)
     kernels::launch(ctx, topk_softmax_kernel<T, 8>, grid, kThreads, p);
-  else if (per <= 12)
-    kernels::launch(ctx, topk_softmax_kernel<T, 12>, grid, kThreads, p);
   else if (per <= 16)
     kernels::launch(ctx, topk_softmax_kernel<T, 16>, grid, kThreads, p);
   else
