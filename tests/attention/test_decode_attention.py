@@ -1,8 +1,9 @@
 """attention.decode_attention: the torch reference against a naive per-request float64 loop; the
 Triton kernel against the reference (tiny shapes in Triton's interpreter on the CPU, the real
 kernel on the GPU) over random lengths (0, 1, non-multiples of the page size), GQA 1/4/8, D 64/
-128/256, MLA as a view, soft cap, sinks, fp8 KV with scales, return_lse, one and many KV splits,
-strided q and out; the split count; bad input; opcheck, torch.compile and CUDA-graph capture."""
+128/256, MLA as a view, soft cap, sinks, fp8 KV with scales, return_lse, one and many KV splits
+merged by ticket in the same launch or by stage 2, strided q and out; the split count; bad input;
+opcheck, torch.compile and CUDA-graph capture (replayed twice: the ticket counters reset)."""
 
 from __future__ import annotations
 
@@ -251,7 +252,9 @@ def _run_triton(device, q, k, v, ptr, idx, sm_scale, *, logit_cap=0.0, sinks=Non
     )  # fmt: skip
 
 
-def _check_triton(device, spec, kw=None, splits=(None,), out=None):
+def _case_inputs(device, spec, kw):
+    """The positional arguments (q, k, v, kv_indptr, kv_indices, sm_scale) of a case and its
+    keyword arguments, with ``sinks`` True / "huge" made a tensor."""
     kw = dict(kw or {})
     q, k, v, ptr, idx = _inputs(device=device, **spec)
     sinks = kw.pop("sinks", False)
@@ -260,9 +263,14 @@ def _check_triton(device, spec, kw=None, splits=(None,), out=None):
         scale = 200.0 if sinks == "huge" else 2.0  # huge: the sink outweighs every score
         kw["sinks"] = (torch.randn(q.shape[1], generator=g) * scale).to(device)
     scale = kw.pop("sm_scale", 1.0 / math.sqrt(q.shape[-1]))
-    o_ref, lse_ref = reference.decode_attention(q, k, v, ptr, idx, scale, **kw)
+    return (q, k, v, ptr, idx, scale), kw
+
+
+def _check_triton(device, spec, kw=None, splits=(None,), out=None):
+    args, kw = _case_inputs(device, spec, kw)
+    o_ref, lse_ref = reference.decode_attention(*args, **kw)
     for s in splits:
-        o, lse = _run_triton(device, q, k, v, ptr, idx, scale, max_kv_splits=s, out=out, **kw)
+        o, lse = _run_triton(device, *args, max_kv_splits=s, out=out, **kw)
         assert_close(o, o_ref, name=f"o (max_kv_splits={s})")
         assert_close(lse, lse_ref, name=f"lse (max_kv_splits={s})", **LSE_TOL)
 
@@ -309,6 +317,85 @@ def test_triton_skips_out_of_range_slots(device):
     o, lse = _run_triton(device, q, k, v, ptr, bad, 0.125)
     assert_close(o, o_ref)
     assert_close(lse, lse_ref, **LSE_TOL)
+
+
+# --- the merges of several splits: ticket (one launch) and stage 2 ----------------------------
+
+
+@pytest.fixture
+def kernels(monkeypatch):
+    """The Triton module with H200-like splits on the interpreter too: 132 SMs and 8-token
+    splits (the interpreter's 4 SMs and 64-token splits give one split for its small lengths),
+    merge chunks of 1 to 8 splits (so that several chunks are merged), fresh ticket counters."""
+    from kernels_attention.triton_kernels import decode_attention as module
+
+    monkeypatch.setattr(module, "sm_count", lambda device: 132)
+    monkeypatch.setattr(module, "MIN_TOKENS_PER_SPLIT", 8)
+    monkeypatch.setattr(module, "MERGE_CHUNK_PER_THREAD", 4)
+    monkeypatch.setattr(module, "_COUNTERS", {})
+    return module
+
+
+def _run_merge(kernels, merge, q, k, v, ptr, idx, sm_scale, *, logit_cap=0.0, sinks=None,
+               k_scale=1.0, v_scale=1.0, max_kv_splits=0):  # fmt: skip
+    """The Triton launcher with a forced merge, into poisoned outputs."""
+    out = poison(torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype, device=q.device))
+    lse = poison(torch.empty(q.shape[:2], device=q.device))
+    kernels.decode_attention(
+        out, lse, q, k, v, ptr, idx, sm_scale, logit_cap, sinks, k_scale, v_scale,
+        max_kv_splits, merge,
+    )  # fmt: skip
+    return out, lse
+
+
+def _assert_counters_zero(kernels):
+    for counters in kernels._COUNTERS.values():
+        assert (counters == 0).all(), "a ticket counter was left non-zero"
+
+
+MERGE_CASES = {
+    # (spec, kwargs): lens with 0, 1 and odd lengths; splits of 8 tokens
+    "gqa4_empty_odd": ({"lens": [70, 0, 1, 23], "hq": 8, "hk": 2, "d": 64}, {}),
+    "gqa4_long": ({"lens": [1, 333], "hq": 4, "hk": 1, "d": 64}, {}),  # 11 non-empty splits
+    "mha_fp16_cap_sinks": (
+        {"lens": [33, 5], "hq": 2, "hk": 2, "d": 64, "dtype": torch.float16},
+        {"logit_cap": 1.5, "sinks": True},
+    ),
+    "huge_sinks_gqa6": ({"lens": [41, 0, 9], "hq": 12, "hk": 2, "d": 64}, {"sinks": "huge"}),
+    "gqa8_fp8": (
+        {"lens": [45, 0], "hq": 8, "hk": 1, "d": 64, "cache_dtype": FP8},
+        {"k_scale": 0.25, "v_scale": 0.5},
+    ),
+    "gqa32_two_head_blocks": ({"lens": [19, 30], "hq": 32, "hk": 1, "d": 64}, {}),
+    "mla": (
+        {"lens": [20, 3], "hq": 16, "hk": 1, "d": 576, "dv": 512, "mla": True},
+        {"sm_scale": 192**-0.5},
+    ),
+}
+
+
+@pytest.mark.parametrize("device", TRITON_DEVICES)
+@pytest.mark.parametrize("merge", ("ticket", "stage2", None), ids=str)
+@pytest.mark.parametrize("case", MERGE_CASES, ids=str)
+def test_triton_merges(kernels, device, merge, case):
+    """Every merge of several splits against the reference; the ticket counters are back at 0
+    after each launch (a second launch over the same counters would otherwise merge early)."""
+    args, kw = _case_inputs(device, *MERGE_CASES[case])
+    o_ref, lse_ref = reference.decode_attention(*args, **kw)
+    total = args[4].numel()
+    assert kernels.decode_splits(args[0].shape[0], 1, total, 132) > 1  # several splits
+    for max_splits in (0, 3, 0):
+        o, lse = _run_merge(kernels, merge, *args, max_kv_splits=max_splits, **kw)
+        assert_close(o, o_ref, name=f"o (merge={merge}, max_kv_splits={max_splits})")
+        assert_close(lse, lse_ref, name=f"lse (merge={merge})", **LSE_TOL)
+        _assert_counters_zero(kernels)
+    assert bool(kernels._COUNTERS) == (merge == "ticket" or (merge is None and case != "mla"))
+
+
+def test_triton_merge_argument(kernels):
+    args, _ = _case_inputs("cpu", {"lens": [3], "hq": 2, "hk": 1, "d": 64}, {})
+    with pytest.raises(ValueError, match="merge must be None, 'ticket' or 'stage2', got 'x'"):
+        _run_merge(kernels, "x", *args)
 
 
 # --- GPU only -----------------------------------------------------------------------------------
@@ -398,6 +485,80 @@ def test_cuda_graph_capture():
     o_ref, lse_ref = reference.decode_attention(q, k, v, ptr, idx, 1 / math.sqrt(128))
     assert_close(out, o_ref)
     assert_close(lse, lse_ref, **LSE_TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("merge", ("ticket", "stage2"), ids=str)
+@pytest.mark.parametrize("case", GPU_CASES, ids=str)
+@pytest.mark.parametrize("batch,max_len", ((1, 1000), (7, 300), (3, 4097)), ids=str)
+def test_gpu_merges(merge, case, batch, max_len):
+    """Both merges forced on the H200's own split counts (the MLA ticket beyond its bound)."""
+    from kernels_attention.triton_kernels import decode_attention as kernels
+
+    spec, kw = GPU_CASES[case]
+    spec = {**spec, "lens": _random_lens(batch, max_len, seed=batch + 1)}
+    args, kw = _case_inputs("cuda", spec, kw)
+    o_ref, lse_ref = reference.decode_attention(*args, **kw)
+    for max_splits in (0, 2, 0):
+        o, lse = _run_merge(kernels, merge, *args, max_kv_splits=max_splits, **kw)
+        assert_close(o, o_ref, name=f"o (merge={merge}, max_kv_splits={max_splits})")
+        assert_close(lse, lse_ref, name=f"lse (merge={merge})", **LSE_TOL)
+    torch.cuda.synchronize()
+    _assert_counters_zero(kernels)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lens", ([512], [1024], [300, 0, 17, 1000], [4096] * 8), ids=str)
+def test_cuda_graph_ticket_replays(monkeypatch, lens):
+    """The one-launch ticket merge in a graph, replayed twice over new inputs: the counters it
+    takes must be back at 0 after each replay, or the second replay merges too early."""
+    from kernels_attention.triton_kernels import decode_attention as kernels
+
+    monkeypatch.setattr(kernels, "_COUNTERS", {})
+    q, k, v, ptr, idx = _inputs(lens, 32, 8, 128, device="cuda", seed=len(lens))
+    out = torch.empty(len(lens), 32, 128, device="cuda", dtype=torch.bfloat16)
+    decode_attention(q, k, v, ptr, idx, out=out, backend="triton")  # compiles, makes counters
+    assert kernels._COUNTERS, "these shapes take the ticket merge"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, lse = decode_attention(q, k, v, ptr, idx, out=out, return_lse=True, backend="triton")
+    for replay in range(2):
+        q.copy_(torch.randn_like(q))
+        poison(out)
+        poison(lse)
+        graph.replay()
+        torch.cuda.synchronize()
+        o_ref, lse_ref = reference.decode_attention(q, k, v, ptr, idx, 1 / math.sqrt(128))
+        assert_close(out, o_ref, name=f"o (replay {replay})")
+        assert_close(lse, lse_ref, name=f"lse (replay {replay})", **LSE_TOL)
+        _assert_counters_zero(kernels)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_before_counters(monkeypatch):
+    """A capture that finds no counter buffer merges by stage 2 (a zeroing captured into this
+    graph would not run before another graph's replay), and allocates no counters."""
+    from kernels_attention.triton_kernels import decode_attention as kernels
+
+    monkeypatch.setattr(kernels, "_COUNTERS", {})
+    lens = [200, 0, 31]
+    q, k, v, ptr, idx = _inputs(lens, 32, 8, 128, device="cuda", seed=5)
+    out = torch.empty(3, 32, 128, device="cuda", dtype=torch.bfloat16)
+    lse = torch.empty(3, 32, device="cuda")
+    args = (out, lse, q, k, v, ptr, idx, 0.1, 0.0, None, 1.0, 1.0, 0)
+    kernels.decode_attention(*args, "stage2")  # compiles both stages before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernels.decode_attention(*args)
+    assert not kernels._COUNTERS
+    o_ref, lse_ref = reference.decode_attention(q, k, v, ptr, idx, 0.1)
+    for _ in range(2):
+        poison(out)
+        poison(lse)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close(out, o_ref)
+        assert_close(lse, lse_ref, **LSE_TOL)
 
 
 @pytest.mark.gpu

@@ -13,11 +13,26 @@ softmax runs on ``exp2``, then ``acc += p v``. With one split it writes the norm
 the LSE itself (one launch); otherwise it writes the split's output (normalised, fp32) and its
 natural-log LSE (-inf for an empty split) to a workspace.
 
-Stage 2, grid ``(B, Hq)``: merges the splits by their LSE (the merge_state formula), adds the
-sink to the denominator, writes o and the natural-log LSE.
+The splits are merged by their LSE (the merge_state formula, the sink added to the denominator)
+in one of two ways, both through ``_merge_splits``, which loads ``S_CHUNK`` splits at a time so
+their loads overlap (no dependent load per split):
 
-The split count is chosen once, on the host, by :func:`decode_splits`, and both stages read it
-from the one Python int (stage 2 merges every split; an empty one carries LSE -inf), so the two
+- ticket (one launch): after its partial store, each program takes a ticket from an int32
+  counter of its (request, head block) with a gpu-scope acq_rel atomic (after a CTA barrier, so
+  every thread's store is released); the program that draws the last ticket resets the counter
+  to 0 and merges the head block's splits, reading them past L1 (``.cg``). The counters live in
+  a per-device buffer zeroed once, outside any capture, and are left at 0 by every launch, so
+  CUDA-graph replays need no memset. Chosen when one program's merge reads at most
+  ``TICKET_MERGE_BYTES`` (the GQA decode shapes; not MLA's 16-head blocks of 512 channels).
+- stage 2, grid ``(B, Hq)``: a second launch merges one head per program (MLA, and a capture
+  that finds no counter buffer yet).
+
+Kernels running concurrently on two streams may share counters: each launch takes the next of
+``COUNTER_REGIONS`` regions of the buffer round robin, so two launches collide only if they are
+``COUNTER_REGIONS`` launches apart and run at the same time.
+
+The split count is chosen once, on the host, by :func:`decode_splits`, and every path reads it
+from the one Python int (the merge covers every split; an empty one carries LSE -inf), so the
 stages cannot disagree. It never synchronises: the longest request is bounded by
 ``kv_indices.numel()``, which is static under CUDA graphs.
 """
@@ -25,6 +40,7 @@ stages cannot disagree. It never synchronises: the longest request is bounded by
 from __future__ import annotations
 
 import functools
+import itertools
 
 import torch
 import triton
@@ -39,6 +55,13 @@ WAVES = 2
 MIN_TOKENS_PER_SPLIT = 64
 MAX_SPLITS = 64
 BLOCK_H = 16  # query heads per program: tl.dot needs M >= 16
+# The ticket merge's bound on what one program reads back (splits x heads x Dv fp32): predicted
+# to cost less than a second launch's fixed latency under CUDA graphs (to be swept on the H200).
+TICKET_MERGE_BYTES = 64 * 1024
+# fp32 values a thread of one merge chunk [rows, S_CHUNK, Dv]: Llama's ticket merge then needs
+# 153 registers, fewer than its split loop (sm_90 compile, triton 3.9).
+MERGE_CHUNK_PER_THREAD = 32
+COUNTER_REGIONS = 64
 
 
 def decode_splits(batch: int, kv_heads: int, max_seq_len: int, sm_count: int) -> int:
@@ -84,6 +107,73 @@ def _tanh(x):
     return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
 
 
+@triton.jit
+def _merge_splits(
+    ws_o_ptr,
+    ws_lse_ptr,
+    sinks_ptr,
+    o_ptr,
+    lse_ptr,
+    b,
+    heads,  # [ROWS] query heads of request b
+    mask_h,
+    stride_wb,
+    stride_wh,
+    stride_ws,
+    stride_lwb,
+    stride_lwh,
+    stride_lws,
+    stride_ob,
+    stride_oh,
+    stride_lb,
+    stride_lh,
+    num_splits,
+    BLOCK_S: tl.constexpr,  # next_power_of_2(num_splits)
+    S_CHUNK: tl.constexpr,  # splits loaded together
+    BLOCK_DV: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
+):
+    """o = sum_s exp(lse_s - m) o_s / total and lse = m + log(total) for the rows ``heads``,
+    ``total`` holding every split's exp(lse_s - m) and the sink's exp(sink - m)."""
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_c = tl.arange(0, S_CHUNK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    h64 = heads.to(tl.int64)
+    lse_rows = ws_lse_ptr + b.to(tl.int64) * stride_lwb + h64[:, None] * stride_lwh
+    mask_s = mask_h[:, None] & (offs_s[None, :] < num_splits)
+    lses = tl.load(lse_rows + offs_s[None, :] * stride_lws, mask=mask_s, other=float("-inf"),
+                   cache_modifier=".cg")  # fmt: skip
+    m = tl.max(lses, 1)
+    nonempty = m > float("-inf")
+    if HAS_SINKS:
+        sink = tl.load(sinks_ptr + heads, mask=mask_h, other=0.0).to(tl.float32)
+        m_use = tl.where(nonempty, tl.maximum(m, sink), 0.0)
+        total = tl.sum(tl.exp(lses - m_use[:, None]), 1) + tl.exp(sink - m_use)
+    else:
+        m_use = tl.where(nonempty, m, 0.0)
+        total = tl.sum(tl.exp(lses - m_use[:, None]), 1)
+    o_rows = ws_o_ptr + b.to(tl.int64) * stride_wb + h64[:, None, None] * stride_wh
+    acc = tl.zeros([heads.shape[0], BLOCK_DV], dtype=tl.float32)
+    for s0 in range(0, num_splits, S_CHUNK):
+        # the chunk's weights and outputs depend on no earlier chunk: their loads overlap
+        chunk = s0 + offs_c
+        mask_c = mask_h[:, None] & (chunk[None, :] < num_splits)
+        w = tl.exp(tl.load(lse_rows + chunk[None, :] * stride_lws, mask=mask_c,
+                           other=float("-inf"), cache_modifier=".cg") - m_use[:, None])  # fmt: skip
+        o_s = tl.load(
+            o_rows + chunk[None, :, None].to(tl.int64) * stride_ws + offs_dv[None, None, :],
+            mask=mask_c[:, :, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        acc += tl.sum(w[:, :, None] * o_s, 1)  # an empty split: w = 0 and o_s = 0
+    inv = tl.where(nonempty, 1.0 / tl.where(nonempty, total, 1.0), 0.0)
+    out = o_ptr + b.to(tl.int64) * stride_ob + h64[:, None] * stride_oh + offs_dv[None, :]
+    tl.store(out, (acc * inv[:, None]).to(o_ptr.dtype.element_ty), mask=mask_h[:, None])
+    lse = tl.where(nonempty, m_use + tl.log(tl.where(nonempty, total, 1.0)), float("-inf"))
+    tl.store(lse_ptr + b.to(tl.int64) * stride_lb + h64 * stride_lh, lse, mask=mask_h)
+
+
 # Sizes that change from call to call are not specialised on (a new divisibility would compile a
 # new variant, possibly inside a CUDA-graph capture).
 @triton.jit(do_not_specialize=["num_slots", "num_indices", "num_splits"])
@@ -94,8 +184,11 @@ def _decode_stage1(
     indptr_ptr,
     indices_ptr,
     sinks_ptr,
-    o_ptr,
-    lse_ptr,
+    o_ptr,  # DIRECT: the output; otherwise the workspace of split outputs
+    lse_ptr,  # DIRECT: the LSE; otherwise the workspace of split LSEs
+    final_o_ptr,  # TICKET: the output and LSE the last program writes (else unused)
+    final_lse_ptr,
+    counter_ptr,  # TICKET: one int32 ticket counter per (request, head block), 0 between calls
     stride_qb,
     stride_qh,
     stride_ks,
@@ -108,6 +201,10 @@ def _decode_stage1(
     stride_lb,
     stride_lh,
     stride_ls,
+    stride_fob,
+    stride_foh,
+    stride_flb,
+    stride_flh,
     num_slots,
     num_indices,
     scale,  # sm_scale * k_scale (* log2 e without a cap)
@@ -125,6 +222,10 @@ def _decode_stage1(
     HAS_SINKS: tl.constexpr,
     V_IS_K: tl.constexpr,  # v_cache is the first BLOCK_DV channels of k_cache (MLA)
     DIRECT: tl.constexpr,  # one split: write the final output and LSE
+    TICKET: tl.constexpr,  # the last program of a (request, head block) merges its splits
+    MERGE_H: tl.constexpr,  # TICKET: rows merged, min(BLOCK_H, next_power_of_2(GROUP))
+    BLOCK_S: tl.constexpr,  # TICKET: next_power_of_2(num_splits)
+    S_CHUNK: tl.constexpr,  # TICKET: splits merged together
     INTERPRETED: tl.constexpr,  # the interpreter's tl.dot is wrong on bf16: compute it in fp32
 ):
     hb = tl.program_id(0)  # fastest: MLA's head blocks of one request share its KV through L2
@@ -236,6 +337,21 @@ def _decode_stage1(
     )
     tl.store(lse_ptrs, lse, mask=mask_h)
 
+    if TICKET:
+        tl.debug_barrier()  # every thread's partial is stored before the release below
+        counter = counter_ptr + b * tl.num_programs(0) + hb
+        ticket = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+        if ticket == num_splits - 1:  # every other split's partial is visible (acquire)
+            tl.store(counter, 0)  # left at 0 for the next launch or graph replay
+            rows = (hb % HEAD_BLOCKS) * BLOCK_H + tl.arange(0, MERGE_H)
+            _merge_splits(
+                o_ptr, lse_ptr, sinks_ptr, final_o_ptr, final_lse_ptr, b,
+                kv_head * GROUP + rows, rows < GROUP,
+                stride_ob, stride_oh, stride_os, stride_lb, stride_lh, stride_ls,
+                stride_fob, stride_foh, stride_flb, stride_flh, num_splits,
+                BLOCK_S=BLOCK_S, S_CHUNK=S_CHUNK, BLOCK_DV=BLOCK_DV, HAS_SINKS=HAS_SINKS,
+            )  # fmt: skip
+
 
 @triton.jit(do_not_specialize=["num_splits"])
 def _decode_stage2(
@@ -249,41 +365,55 @@ def _decode_stage2(
     stride_ws,
     stride_lwb,
     stride_lwh,
+    stride_lws,
     stride_ob,
     stride_oh,
     stride_lb,
     stride_lh,
     num_splits,
     BLOCK_S: tl.constexpr,
+    S_CHUNK: tl.constexpr,
     BLOCK_DV: tl.constexpr,
     HAS_SINKS: tl.constexpr,
 ):
-    b = tl.program_id(0)
-    h = tl.program_id(1)
-    offs_s = tl.arange(0, BLOCK_S)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    lse_row = ws_lse_ptr + b.to(tl.int64) * stride_lwb + h.to(tl.int64) * stride_lwh
-    lses = tl.load(lse_row + offs_s, mask=offs_s < num_splits, other=float("-inf"))
-    m = tl.max(lses, 0)
-    nonempty = m > float("-inf")
-    if HAS_SINKS:
-        sink = tl.load(sinks_ptr + h).to(tl.float32)
-        m_use = tl.where(nonempty, tl.maximum(m, sink), 0.0)
-        total = tl.sum(tl.exp(lses - m_use), 0) + tl.exp(sink - m_use)
-    else:
-        m_use = tl.where(nonempty, m, 0.0)
-        total = tl.sum(tl.exp(lses - m_use), 0)
-    acc = tl.zeros([BLOCK_DV], dtype=tl.float32)
-    o_row = ws_o_ptr + b.to(tl.int64) * stride_wb + h.to(tl.int64) * stride_wh
-    for s in range(0, num_splits):
-        w = tl.exp(tl.load(lse_row + s) - m_use)  # 0 for an empty split
-        if w > 0.0:
-            acc += w * tl.load(o_row + s * stride_ws + offs_dv)
-    inv = tl.where(nonempty, 1.0 / tl.where(nonempty, total, 1.0), 0.0)
-    out = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
-    tl.store(out + offs_dv, (acc * inv).to(o_ptr.dtype.element_ty))
-    lse = tl.where(nonempty, m_use + tl.log(tl.where(nonempty, total, 1.0)), float("-inf"))
-    tl.store(lse_ptr + b.to(tl.int64) * stride_lb + h.to(tl.int64) * stride_lh, lse)
+    h = tl.program_id(1) + tl.arange(0, 1)
+    _merge_splits(
+        ws_o_ptr, ws_lse_ptr, sinks_ptr, o_ptr, lse_ptr, tl.program_id(0), h, h >= 0,
+        stride_wb, stride_wh, stride_ws, stride_lwb, stride_lwh, stride_lws,
+        stride_ob, stride_oh, stride_lb, stride_lh, num_splits,
+        BLOCK_S=BLOCK_S, S_CHUNK=S_CHUNK, BLOCK_DV=BLOCK_DV, HAS_SINKS=HAS_SINKS,
+    )  # fmt: skip
+
+
+# Ticket counter buffers by (device, region size), never freed: a captured graph keeps their
+# addresses.
+_COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
+_NEXT_REGION = itertools.count()
+
+
+def _ticket_counters(device: torch.device, programs: int) -> torch.Tensor | None:
+    """``programs`` ticket counters (all 0) of the next region of the device's buffer, or None
+    where there are none: more programs than a region (``decode_splits`` splits only below
+    ``WAVES * sm_count`` programs), or a CUDA-graph capture before the buffer exists (a zeroing
+    captured into one graph would not run before another graph's replay)."""
+    region = WAVES * sm_count(device)
+    if programs > region:
+        return None
+    counters = _COUNTERS.get((device, region))
+    if counters is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        counters = torch.zeros(COUNTER_REGIONS * region, dtype=torch.int32, device=device)
+        _COUNTERS[device, region] = counters
+    start = next(_NEXT_REGION) % COUNTER_REGIONS * region
+    return counters[start : start + programs]
+
+
+def _merge_chunk(rows: int, dv: int, block_s: int, num_warps: int) -> int:
+    """Splits merged together: a [rows, chunk, Dv] fp32 tile of at most MERGE_CHUNK_PER_THREAD
+    values a thread."""
+    fit = max(1, MERGE_CHUNK_PER_THREAD * 32 * num_warps // (rows * dv))
+    return min(1 << (fit.bit_length() - 1), block_s)
 
 
 def decode_attention(
@@ -300,13 +430,20 @@ def decode_attention(
     k_scale: float,
     v_scale: float,
     max_kv_splits: int = 0,
+    merge: str | None = None,
 ) -> None:
-    """Launch stage 1 (and stage 2 when there is more than one split) on the current stream.
+    """Launch stage 1, merging several splits by ticket in the same launch or by stage 2.
 
     The caller has validated the arguments (shapes, dtypes, strides, head dims: see
     ``kernels_attention.ops.decode_attention``); ``out`` is [B, Hq, Dv] and ``lse`` [B, Hq]
     float32, both with a contiguous last dim. ``max_kv_splits`` > 0 caps the split count.
+    ``merge`` ("ticket" or "stage2", for tests) overrides the choice of merge; a ticket merge
+    without counters (a capture before the first call) still falls back to stage 2.
     """
+    if merge not in (None, "ticket", "stage2"):
+        raise ValueError(
+            f"decode_attention: merge must be None, 'ticket' or 'stage2', got {merge!r}"
+        )
     batch, hq, d = q.shape
     hk = k_cache.shape[1]
     dv = v_cache.shape[2]
@@ -350,32 +487,43 @@ def decode_attention(
         "num_warps": num_warps,
         "num_stages": num_stages,
     }
+    inputs = (q, k_cache, v_cache, kv_indptr, kv_indices, sinks_arg)
+    in_strides = (q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+                  v_cache.stride(0), v_cache.stride(1))  # fmt: skip
     grid = (hk * head_blocks, batch, splits)
+    final = (out.stride(0), out.stride(1), lse.stride(0), lse.stride(1))
     if splits == 1:
         _decode_stage1[grid](
-            q, k_cache, v_cache, kv_indptr, kv_indices, sinks_arg, out, lse,
-            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
-            v_cache.stride(0), v_cache.stride(1),
-            out.stride(0), out.stride(1), 0, lse.stride(0), lse.stride(1), 0,
-            DIRECT=True, **common,
+            *inputs, out, lse, out, lse, lse, *in_strides,
+            out.stride(0), out.stride(1), 0, lse.stride(0), lse.stride(1), 0, *final,
+            DIRECT=True, TICKET=False, MERGE_H=1, BLOCK_S=1, S_CHUNK=1, **common,
         )  # fmt: skip
         return
     # fp32 workspace: each split's normalised output and natural-log LSE
     ws_o = torch.empty(batch, hq, splits, dv, dtype=torch.float32, device=q.device)
     ws_lse = torch.empty(batch, hq, splits, dtype=torch.float32, device=q.device)
+    ws_strides = (ws_o.stride(0), ws_o.stride(1), ws_o.stride(2),
+                  ws_lse.stride(0), ws_lse.stride(1), ws_lse.stride(2))  # fmt: skip
+    block_s = triton.next_power_of_2(splits)
+    merge_h = min(BLOCK_H, triton.next_power_of_2(group))
+    small_merge = splits * merge_h * dv * 4 <= TICKET_MERGE_BYTES
+    counters = None
+    if merge == "ticket" or (merge is None and small_merge):
+        counters = _ticket_counters(q.device, hk * head_blocks * batch)
+    if counters is not None:
+        _decode_stage1[grid](
+            *inputs, ws_o, ws_lse, out, lse, counters, *in_strides, *ws_strides, *final,
+            DIRECT=False, TICKET=True, MERGE_H=merge_h, BLOCK_S=block_s,
+            S_CHUNK=_merge_chunk(merge_h, dv, block_s, num_warps), **common,
+        )  # fmt: skip
+        return
     _decode_stage1[grid](
-        q, k_cache, v_cache, kv_indptr, kv_indices, sinks_arg, ws_o, ws_lse,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
-        v_cache.stride(0), v_cache.stride(1),
-        ws_o.stride(0), ws_o.stride(1), ws_o.stride(2),
-        ws_lse.stride(0), ws_lse.stride(1), ws_lse.stride(2),
-        DIRECT=False, **common,
+        *inputs, ws_o, ws_lse, out, lse, lse, *in_strides, *ws_strides, *final,
+        DIRECT=False, TICKET=False, MERGE_H=1, BLOCK_S=1, S_CHUNK=1, **common,
     )  # fmt: skip
+    merge_warps = 4 if dv <= 256 else 8
     _decode_stage2[(batch, hq)](
-        ws_o, ws_lse, sinks_arg, out, lse,
-        ws_o.stride(0), ws_o.stride(1), ws_o.stride(2), ws_lse.stride(0), ws_lse.stride(1),
-        out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
-        splits,
-        BLOCK_S=triton.next_power_of_2(splits), BLOCK_DV=dv, HAS_SINKS=sinks is not None,
-        num_warps=4 if dv <= 256 else 8,
+        ws_o, ws_lse, sinks_arg, out, lse, *ws_strides, *final, splits,
+        BLOCK_S=block_s, S_CHUNK=_merge_chunk(1, dv, block_s, merge_warps), BLOCK_DV=dv,
+        HAS_SINKS=sinks is not None, num_warps=merge_warps,
     )  # fmt: skip
