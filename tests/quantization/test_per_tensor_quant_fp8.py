@@ -98,8 +98,9 @@ def test_opcheck_static_and_dynamic():
 # The CUDA backend against the reference (GPU): bit-exact q and s, outputs poisoned first.
 
 GPU = pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)
-# One fused block (<= 4096 vectors), the memset + atomic-max sweep + reversed quantize pass
-# (larger), flat tails (sizes not in whole vectors), 3-D inputs.
+# One fused block (<= 4096 vectors), the cooperative single launch (contiguous, larger; the
+# memset + atomic-max sweep + reversed quantize pass for strided views), flat tails (sizes not in
+# whole vectors), 3-D inputs.
 GPU_SHAPES = (
     (1,),
     (7,),
@@ -169,8 +170,44 @@ def test_cuda_edge_values(device, n):
     _run_both(x)
 
 
+# The cooperative launch: one 256-vector chunk per CTA (16 and 128 tokens of 7168), one chunk of
+# 1024 per CTA (1000 tokens), several per CTA below the L2 and above it (~117 MB of bf16), chunk
+# counts that are no multiple of the grid, flat tails, fp32 (4-byte codes: a smaller scratch).
+COOPERATIVE_SHAPES = (
+    (16, 7168),
+    (128, 7168),
+    (1000, 7168),
+    (2049, 7177),
+    (8191, 7177),
+    (32768, 4096),
+)
+
+
 @pytest.mark.parametrize("device", (GPU,))
-@pytest.mark.parametrize("shape", ((1, 7168), (256, 7168)))
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
+@pytest.mark.parametrize("shape", COOPERATIVE_SHAPES, ids=str)
+def test_cuda_cooperative_matches_reference(device, dtype, shape):
+    x = randn(*shape, dtype=dtype, device=device, seed=shape[0], scale=3.0)
+    _run_both(x)
+    _run_both(x)  # again: the scratch count is re-zeroed by every launch
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("n", (131073, 9_000_001))  # fp32: one chunk per CTA; ~3 per CTA
+@pytest.mark.parametrize("where", (0, 5, -1))  # chunk 0 (q's scratch words), early, the tail
+def test_cuda_cooperative_absmax_anywhere(device, n, where):
+    """The maximum (a large value, then a NaN) in chunk 0, whose q holds the CTAs' candidates
+    until every CTA has read them, elsewhere, or in the flat tail."""
+    x = randn(n, device=device, seed=4)
+    x[where] = -5000.0
+    _run_both(x)
+    x[where] = float("nan")
+    _run_both(x)
+    _run_both(torch.zeros(n, device=device))  # the floor scale from every CTA
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("shape", ((1, 7168), (16, 7168), (256, 7168), (4096, 7168)))
 def test_cuda_graph_capture(device, shape):
     """Dynamic: the scale is re-zeroed inside the graph on every replay."""
     x = randn(*shape, dtype=torch.bfloat16, device=device, seed=5, scale=100.0)

@@ -21,7 +21,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(3);
+KERNELS_REQUIRE_HEADERS_API(5);
 
 #include <kernels/activation_math.cuh>
 #include <kernels/checks.h>
@@ -361,16 +361,6 @@ inline int resident_ctas(int device) {
   return ctas;
 }
 
-// Whether the device can launch cooperative kernels (cached per device).
-inline bool cooperative_ok(int device) {
-  static int cached[64] = {0};  // 0 unknown, 1 no, 2 yes
-  if (device >= 0 && device < 64 && cached[device]) return cached[device] == 2;
-  int ok = 0;
-  cudaDeviceGetAttribute(&ok, cudaDevAttrCooperativeLaunch, device);
-  if (device >= 0 && device < 64) cached[device] = ok ? 2 : 1;
-  return ok != 0;
-}
-
 template <typename T, typename WT>
 void run(T* out, const T* x, const WT* weight, const WT* bias, float* partial,
          int64_t workspace_floats, int* arrived, int64_t batch, int64_t channels, int64_t spatial,
@@ -420,7 +410,7 @@ void run(T* out, const T* x, const WT* weight, const WT* bias, float* partial,
   const int64_t tiles_per_group = (units + kFusedTile - 1) / kFusedTile;
   const int64_t total_tiles = ng * tiles_per_group;
   int resident = 0;
-  if (arrived != nullptr && cooperative_ok(ctx.device)) {
+  if (arrived != nullptr && kernels::cooperative_supported(ctx.device)) {
     resident = packed ? (channels_last ? resident_ctas<T, WT, true, true>(ctx.device)
                                        : resident_ctas<T, WT, true, false>(ctx.device))
                       : (channels_last ? resident_ctas<T, WT, false, true>(ctx.device)

@@ -7,18 +7,32 @@
 // levels, a FastDivmod per item).
 //   - small dynamic inputs (<= 512 x 8 vectors: 32768 bf16): one block does everything: the
 //     tensor in registers, a block max, the scale, the quantized packs (one launch);
-//   - larger dynamic inputs: the scale word is zeroed (cudaMemsetAsync on the caller's stream),
-//     a persistent grid (2048 threads per SM, 4 vectors per thread in flight) sweeps x front to
-//     back and atomicMax-es each block's candidate scale max(absmax_b, eps) / 448 as bits into s
-//     (the division by 448 is monotone, so the maximum of the candidates is the scale; NaN bits
-//     sort above all others and propagate); then the quantize pass (256 threads x 4 vectors per
+//   - larger dynamic inputs, flat vectors: one cooperative launch (every CTA resident, or the
+//     launch fails and the two-kernel path below runs). CTA b owns chunks b, b + G, b + 2G, ...
+//     (a chunk: 256 threads x kU vectors; kU = 1 while one such chunk per CTA covers x, else 4):
+//       1. it sweeps them forward, folding |x| into its candidate scale max(absmax_b, eps) / 448,
+//          which it writes (as bits) to word b of q, used as scratch: q[0, 4G) (word G, zeroed
+//          by CTA 0 before the barrier, counts the CTAs that have read the candidates);
+//       2. grid barrier (cooperative groups); every CTA takes the maximum of the G candidates
+//          (the division by 448 is monotone, so that is the scale; NaN bits sort above all
+//          others and propagate), then bumps the count;
+//       3. it quantizes its chunks backward: the first is still in its registers, the next ones
+//          are what its sweep read last, still in L2 (the sweep reads all but its last ~half an
+//          L2 of chunks evict-first, so those are what L2 keeps). Chunk 0, which holds the
+//          scratch words, is CTA 0's last; it waits for the count to reach G before storing.
+//     One launch instead of memset + two kernels: no boundary between the passes, and the
+//     L2-resident end of x is re-read right after the barrier. G <= (chunk's q bytes) / 4 - 1.
+//   - other dynamic inputs (row mode, scalars, a refused cooperative launch): the scale word is
+//     zeroed (cudaMemsetAsync on the caller's stream), a persistent grid (2048 threads per SM,
+//     4 vectors per thread in flight) sweeps x front to back and atomicMax-es each block's
+//     candidate scale as bits into s; then the quantize pass (256 threads x 4 vectors per
 //     block) runs its blocks in reverse order, so the first blocks re-read the end of x, which
 //     the sweep left in L2;
 //   - static: the quantize pass alone, one read of x and one write of q.
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(5);
 
 #include <kernels/checks.h>
 #include <kernels/dtype.h>
@@ -28,6 +42,8 @@ KERNELS_REQUIRE_HEADERS_API(2);
 #include <kernels/rowwise.cuh>
 #include <kernels/tensor.h>
 #include <kernels/vec.cuh>
+
+#include <cooperative_groups.h>
 
 #include "quant_common.cuh"
 
@@ -198,6 +214,130 @@ __global__ void __launch_bounds__(kFusedBlock)
   if (has_tail) store_tail<T, kN>(v, t, s);
 }
 
+// ld.acquire.gpu: the count CTA 0 waits on.
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Dynamic, flat vectors, one cooperative launch (the header's steps 1-3). q's words [0, G] are
+// scratch until CTA 0 stores chunk 0, its last. Chunks below keep_from are swept evict-first.
+template <typename T, int kN, int kU>
+__global__ void __launch_bounds__(kBlock, 6)
+    cooperative_kernel(const __grid_constant__ View v, float* s_out, int64_t keep_from) {
+  using P = kernels::Pack<T, kN>;
+  __shared__ uint32_t shared_own[32], shared_all[32];
+  const T* x = static_cast<const T*>(v.x);
+  uint32_t* scratch = reinterpret_cast<uint32_t*>(v.q);
+  constexpr int64_t kChunk = int64_t{kBlock} * kU;
+  const int64_t grid = gridDim.x;
+  const int64_t chunks = (v.items + kChunk - 1) / kChunk;
+  const int iterations = static_cast<int>((chunks - blockIdx.x + grid - 1) / grid);  // >= 1
+  if (blockIdx.x == 0 && threadIdx.x == 0) scratch[grid] = 0u;  // the count, before the barrier
+  // 1. The sweep: chunks blockIdx.x + it * G, forward; the last one stays in p.
+  P p[kU];
+  uint32_t m = 0;
+  for (int it = 0; it < iterations; ++it) {
+    const int64_t chunk = blockIdx.x + it * grid;
+    const int64_t first = chunk * kChunk + threadIdx.x;  // this thread's first item
+    const int64_t left = v.items - first;
+    const T* xp = x + first * kN;
+    const bool stream = chunk < keep_from;
+    m = quant::load_absmax(p, m, [&](int u, P& pack) {
+      if (u * kBlock >= left) return false;
+      if (stream) {
+        pack.load_stream(xp + u * kBlock * kN);
+      } else {
+        pack.load(xp + u * kBlock * kN);
+      }
+      return true;
+    });
+  }
+  const bool has_tail = blockIdx.x == 0 && static_cast<int>(threadIdx.x) < v.tail;
+  const float t = has_tail ? tail_value<T, kN>(v) : 0.0f;
+  m = quant::block_max(max(m, quant::abs_bits(t)), shared_own);
+  if (threadIdx.x == 0)
+    scratch[blockIdx.x] = __float_as_uint(quant::dynamic_scale(m, kEps, quant::kFp8Max));
+  cooperative_groups::this_grid().sync();
+  // 2. The scale: the maximum candidate; then this CTA is done with the scratch words.
+  uint32_t c = 0;
+  for (int64_t j = threadIdx.x; j < grid; j += kBlock) c = max(c, __ldcg(scratch + j));
+  c = quant::block_max(c, shared_all);  // its barrier: every thread's reads have returned
+  const float s = __uint_as_float(c);
+  if (threadIdx.x == 0) {
+    if (blockIdx.x == 0) *s_out = s;
+    __threadfence();
+    atomicAdd(scratch + grid, 1u);
+  }
+  // 3. Quantize the chunks backward: the newest first (in p, then in L2).
+  const quant::Div div(s);
+  for (int it = iterations - 1; it >= 0; --it) {
+    const int64_t base = (blockIdx.x + it * grid) * kChunk;
+    const int64_t left = v.items - base - threadIdx.x;
+    if (it != iterations - 1) {
+      const T* xp = x + (base + threadIdx.x) * kN;
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        if (u * kBlock < left) p[u].load_stream(xp + u * kBlock * kN);
+      }
+    }
+    if (base == 0) {  // chunk 0 (CTA 0's last) holds the scratch: wait until every CTA read it
+      if (threadIdx.x == 0) {
+        while (load_acquire(scratch + grid) < static_cast<uint32_t>(grid)) __nanosleep(64);
+      }
+      __syncthreads();
+    }
+    uint8_t* qp = v.q + (base + threadIdx.x) * kN;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (u * kBlock < left) {
+        float f[kN];
+        p[u].unpack(f);
+        quant::Q8<kN> out;
+        out.template quantize_bounded<false>(f, div);  // s bounds every |x|: finite quotients
+        out.store_stream(qp + u * kBlock * kN);
+      }
+    }
+  }
+  if (has_tail) store_tail<T, kN>(v, t, s);
+}
+
+// The L2 size in bytes (cudaDevAttrL2CacheSize), cached per device.
+inline int64_t l2_bytes(int device) {
+  static int cached[64] = {0};
+  if (device >= 0 && device < 64 && cached[device]) return cached[device];
+  int bytes = 0;
+  cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device);
+  if (device >= 0 && device < 64) cached[device] = bytes;
+  return bytes;
+}
+
+// The cooperative launch with kU vectors per thread and chunk; false where the device refuses it
+// (no cooperative launch, or fewer CTAs resident than the occupancy said: a shared GPU).
+template <typename T, int kN, int kU>
+inline bool launch_cooperative(const kernels::Launch& ctx, const View& v, float* s) {
+  constexpr auto kernel = cooperative_kernel<T, kN, kU>;
+  constexpr int64_t kChunk = int64_t{kBlock} * kU;
+  const int64_t chunks = (v.items + kChunk - 1) / kChunk;
+  // G candidate words and the count within chunk 0's q bytes (kChunk * kN <= items * kN).
+  const int64_t scratch_words = kChunk * kN / 4 - 1;
+  const unsigned grid =
+      kernels::resident_grid<kernel>(ctx.device, std::min(chunks, scratch_words), kBlock);
+  // The chunks read last, which the quantize pass reads first: ~5/8 of the L2 (predicted to
+  // survive the pass's own evict-first reads and writes until they are read), plain loads.
+  const int64_t keep_chunks = l2_bytes(ctx.device) * 5 / 8 / (kChunk * kernels::kVectorBytes);
+  const int64_t keep_from = std::max<int64_t>(0, chunks - keep_chunks);
+  kernels::LaunchConfig config(dim3(grid), dim3(kBlock), 0, ctx.stream, false, 0, true);
+  const cudaError_t status = config.launch(kernel, v, s, keep_from);
+  if (status == cudaErrorCooperativeLaunchTooLarge) {
+    cudaGetLastError();
+    return false;
+  }
+  kernels::check_launch(ctx.op, status);
+  return true;
+}
+
 template <typename T, int kN>
 inline void launch_fused(const kernels::Launch& ctx, const View& v, float* s) {
   int vpt = 1;
@@ -231,6 +371,16 @@ inline void launch_all(const kernels::Launch& ctx, const View& v, float* s, bool
     return;
   }
   if (v.items <= int64_t{kFusedBlock} * kFusedMaxVPT) return launch_fused<T, kN>(ctx, v, s);
+  if constexpr (kN > 1) {
+    if (v.flat && kernels::cooperative_supported(ctx.device)) {
+      // kU = 1 while one chunk per CTA covers x (fewer vectors per thread, more CTAs in flight).
+      constexpr auto kOne = cooperative_kernel<T, kN, 1>;
+      const int64_t one_chunk_ctas = kernels::resident_grid<kOne>(ctx.device, kBlock * kN / 4 - 1, kBlock);
+      const bool done = v.items <= one_chunk_ctas * kBlock ? launch_cooperative<T, kN, 1>(ctx, v, s)
+                                                           : launch_cooperative<T, kN, 4>(ctx, v, s);
+      if (done) return;
+    }
+  }
   kernels::check_launch(ctx.op, cudaMemsetAsync(s, 0, sizeof(float), ctx.stream));
   const int64_t resident = int64_t{kernels::sm_count(ctx.device)} * (2048 / kBlock);
   const int64_t needed = (v.items + kChunk - 1) / kChunk;

@@ -40,6 +40,16 @@ inline bool pdl_supported(int device) {
   return major >= 9;
 }
 
+// Whether `device` launches cooperative grids (cudaDevAttrCooperativeLaunch), cached per device.
+inline bool cooperative_supported(int device) {
+  static int cached[64] = {0};  // 0 unknown, 1 no, 2 yes
+  if (device >= 0 && device < 64 && cached[device]) return cached[device] == 2;
+  int ok = 0;
+  cudaDeviceGetAttribute(&ok, cudaDevAttrCooperativeLaunch, device);
+  if (device >= 0 && device < 64) cached[device] = ok ? 2 : 1;
+  return ok != 0;
+}
+
 // Grids of up to this many waves run with PDL by default (see pointwise.cuh for the measurements:
 // PDL saves the gap between back-to-back small kernels, while in grids of tens of thousands of
 // short blocks the two instructions cost up to 20% of the bandwidth).

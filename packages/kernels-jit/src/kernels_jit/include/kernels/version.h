@@ -11,10 +11,11 @@
 // op structs (rowwise.cuh), kernels::Launch and checked launches, kernels/tensor.h. 3:
 // kernels::LaunchConfig (PDL, cluster and cooperative launch attributes in one place);
 // rowwise::plan_registers's few_rows_min. 4: kernels::allow_dynamic_smem and
-// kernels::launch_with_smem / launch_dynamic (the dynamic shared-memory opt-in in one place).
+// kernels::launch_with_smem / launch_dynamic (the dynamic shared-memory opt-in in one place). 5:
+// kernels::cooperative_supported.
 #pragma once
 
-#define KERNELS_HEADERS_API 4
+#define KERNELS_HEADERS_API 5
 
 #define KERNELS_STRINGIFY_(x) #x
 #define KERNELS_STRINGIFY(x) KERNELS_STRINGIFY_(x)
