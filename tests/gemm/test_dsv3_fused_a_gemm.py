@@ -182,3 +182,35 @@ def test_cuda_graph_capture():
     graph.replay()
     torch.cuda.synchronize()
     _check(out, a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", (1, 8, 16))
+def test_pdl_chain_reads_each_previous_output(m):
+    """A CUDA graph of back-to-back PDL calls (N = K = 2112: 132 CTAs, no cluster), each taking
+    the previous call's output as its a. The next kernel launches once this one's first loads are
+    out, so only its griddepcontrol.wait orders the reads: the graph must reproduce, bit for bit,
+    the eager chain without PDL."""
+    n = 2112
+    bs = [
+        randn(n, n, dtype=torch.bfloat16, device="cuda", seed=60 + i, scale=0.03).t()
+        for i in range(5)
+    ]
+    a0 = randn(m, n, dtype=torch.bfloat16, device="cuda", seed=59)
+    expected = [a0]
+    for b in bs:
+        expected.append(dsv3_fused_a_gemm(expected[-1], b, enable_pdl=False))
+    outs = [poison(torch.empty(m, n, device="cuda", dtype=torch.bfloat16)) for _ in bs]
+    dsv3_fused_a_gemm(a0, bs[0], out=outs[0])  # built before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        prev = a0
+        for b, out in zip(bs, outs, strict=True):
+            prev = dsv3_fused_a_gemm(prev, b, out=out, enable_pdl=True)
+    for _ in range(3):
+        for out in outs:
+            poison(out)
+        graph.replay()
+        torch.cuda.synchronize()
+        for i, out in enumerate(outs):
+            assert torch.equal(out, expected[i + 1]), f"call {i + 1} differs from the eager chain"

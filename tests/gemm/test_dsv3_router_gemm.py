@@ -227,3 +227,36 @@ def test_cuda_graph_capture():
     graph.replay()
     torch.cuda.synchronize()
     _check(out, x, w)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", (1, 9, 16))
+def test_pdl_chain_reads_each_previous_output(m):
+    """Back-to-back PDL calls in a CUDA graph, each reading the logits the previous call wrote
+    (E = K = 1024, bf16 out: 2-CTA clusters). The kernel lets the next one launch right after its
+    first loads, so a missing wait would read stale or half-written rows: the chain must equal,
+    bit for bit, the same calls made one by one without PDL (the reduction order is fixed)."""
+    steps, k = 6, 1024
+    ws = [
+        randn(k, k, dtype=torch.bfloat16, device="cuda", seed=40 + i, scale=0.03)
+        for i in range(steps)
+    ]
+    x0 = randn(m, k, dtype=torch.bfloat16, device="cuda", seed=39)
+    eager = [x0]
+    for w in ws:
+        eager.append(dsv3_router_gemm(eager[-1], w, out_dtype=torch.bfloat16, enable_pdl=False))
+    chain = [x0] + [poison(torch.empty(m, k, device="cuda", dtype=torch.bfloat16)) for _ in ws]
+    dsv3_router_gemm(x0, ws[0], out_dtype=torch.bfloat16, out=chain[1])  # built before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i, w in enumerate(ws):
+            dsv3_router_gemm(
+                chain[i], w, out_dtype=torch.bfloat16, out=chain[i + 1], enable_pdl=True
+            )
+    for _ in range(3):
+        for t in chain[1:]:
+            poison(t)
+        graph.replay()
+        torch.cuda.synchronize()
+        for i in range(1, steps + 1):
+            assert torch.equal(chain[i], eager[i]), f"step {i} differs from the eager chain"

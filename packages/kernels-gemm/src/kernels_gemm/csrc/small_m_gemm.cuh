@@ -22,11 +22,24 @@
 // their partial tiles through distributed shared memory, in rank order (deterministic): no
 // workspace, no atomics, one launch. The host picks (kTiles, split) per shape (`plan`).
 //
-// PDL: launched with programmatic stream serialization, each CTA first prefetches its weight slice
-// into L2 (cp.async.bulk.prefetch: L2 is the point of coherence, so this can never observe stale
-// data even if the previous kernel writes the weight), then waits for the previous kernel
-// (griddepcontrol.wait) before reading anything through L1. The weight stream thus overlaps the
-// previous kernel's tail.
+// Two CTAs per SM (__launch_bounds__(kThreads, 2): at most 128 registers, so a stage holds at most
+// kStageVectors = 10 16-byte vectors, two stages 80 registers; sm_90a: 112-118 registers, no
+// spills). The grid is at most one CTA per SM, and the second slot is for the next kernel: with
+// PDL its CTAs become resident while this grid runs. At the former 168-192 registers (one CTA per
+// SM) the next kernel's CTAs could not start before this one's had left, so PDL overlapped nothing
+// (the L2 prefetch ran just before the wait that released at once), and the router's 32 clusters
+// of 4 needed 4 free SMs per cluster inside one GPC, which 132 SMs in GPCs of unequal size may
+// not offer in one wave.
+//
+// PDL: launched with programmatic stream serialization, each CTA first prefetches into L2 (cp.async
+// .bulk.prefetch: L2 is the point of coherence, so this can never observe stale data even if the
+// previous kernel writes the weight) the head of every warp's run of every weight row, at most
+// kPrefetchBytes per CTA (the router's 28 KB slices whole; 96 KB of fused_a's 229 KB: the grid's
+// 12.7 MB prefetch plus the 30 MB the running kernel reads stay inside the 50 MB L2). It then waits
+// for the previous kernel (griddepcontrol.wait) before reading anything through L1, issues its
+// first loads and at once lets the next kernel launch (griddepcontrol.launch_dependents), whose
+// CTAs prefetch their own weight while this one streams. Back-to-back calls thus keep HBM busy
+// across the kernel boundary instead of paying launch, CTA start and a cold DRAM round trip each.
 #pragma once
 
 #include <kernels/version.h>
@@ -55,6 +68,8 @@ constexpr int kChunk = 32;     // k per chunk: two m16n8k16 MMAs
 constexpr int kMaxRows = 16;   // the MMA's M
 constexpr int kMaxSplit = 4;   // CTAs per cluster (K slices)
 constexpr int kVec = 8;        // bf16 per 16-byte load
+constexpr int kStageVectors = 10;  // 16-byte vectors per pipeline stage (40 registers)
+constexpr uint32_t kPrefetchBytes = 96 * 1024;  // L2 prefetch per CTA under PDL
 
 struct Params {
   const __nv_bfloat16* x;  // [M, K], row stride sx (elements)
@@ -107,15 +122,18 @@ __device__ __forceinline__ void store_out(void* out, int64_t offset, float v) {
   static_cast<OutT*>(out)[offset] = kernels::from_float<OutT>(v);
 }
 
-// kUnroll chosen so that one stage holds 16 vectors (64 registers); at least 2.
+// kUnroll chosen so that one stage holds at most kStageVectors vectors; at least 2. Router (1 tile,
+// 7-chunk runs): 5 chunks a stage at M <= 8 (the whole run in flight at once), 3 at M > 8 (6 of 7);
+// fused_a (2 tiles, 28-chunk runs): 3 chunks at M <= 8, 2 at M > 8.
 template <int kTiles, int kHalves>
 struct Unroll {
-  static constexpr int value = 16 / (kTiles + kHalves) > 2 ? 16 / (kTiles + kHalves) : 2;
+  static constexpr int value =
+      kStageVectors / (kTiles + kHalves) > 2 ? kStageVectors / (kTiles + kHalves) : 2;
 };
 
 // grid: (column groups) * split CTAs, clusters of `split` consecutive CTAs; block: kThreads.
 template <typename OutT, int kTiles, int kHalves>
-__global__ void __launch_bounds__(kThreads, 1) gemm_kernel(bool pdl, Params p) {
+__global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kUnroll = Unroll<kTiles, kHalves>::value;
   constexpr int kTileElems = kTiles * 128;  // a 16 x 8 fp32 tile per 8 columns
@@ -133,13 +151,26 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(bool pdl, Params p) {
   const int slice_begin = rank * p.slice_chunks;
   const int slice_end = min(slice_begin + p.slice_chunks, chunks);
 
-  if (pdl) {  // the weight slice into L2 ahead of the previous kernel's end (see the header)
-    const int r = threadIdx.x;
-    if (r < kTiles * 8 && col0 + r < p.n && slice_end > slice_begin) {
-      const int64_t k0 = static_cast<int64_t>(slice_begin) * kChunk;
-      const int64_t k1 = min(static_cast<int64_t>(slice_end) * kChunk, static_cast<int64_t>(p.k));
-      prefetch_l2(p.w + static_cast<int64_t>(col0 + r) * p.sw + k0,
-                  static_cast<uint32_t>((k1 - k0) * sizeof(__nv_bfloat16)));
+  // This warp's run of chunks.
+  const int per_warp = (slice_end - slice_begin + kWarps - 1) / kWarps;
+  const int run_begin = slice_begin + warp * per_warp;
+  const int run_end = min(run_begin + per_warp, slice_end);
+
+  if (pdl) {  // the head of each warp's run of each weight row into L2 (see the header)
+    constexpr int kRows = kTiles * 8;
+    constexpr uint32_t kPerRun = kPrefetchBytes / (kRows * kWarps) / 16 * 16;
+    static_assert(kRows * kWarps <= kThreads, "one prefetch per thread");
+    const int r = threadIdx.x % kRows;  // weight row of this tile group
+    const int q = threadIdx.x / kRows;  // warp run
+    const int q_begin = slice_begin + q * per_warp;
+    const int q_end = min(q_begin + per_warp, slice_end);
+    if (q < kWarps && col0 + r < p.n && q_end > q_begin) {
+      const int64_t k0 = static_cast<int64_t>(q_begin) * kChunk;
+      const int64_t k1 = min(static_cast<int64_t>(q_end) * kChunk, static_cast<int64_t>(p.k));
+      if (k1 > k0) {
+        const uint32_t bytes = static_cast<uint32_t>((k1 - k0) * sizeof(__nv_bfloat16));
+        prefetch_l2(p.w + static_cast<int64_t>(col0 + r) * p.sw + k0, min(bytes, kPerRun));
+      }
     }
   }
   kernels::pdl_wait();
@@ -162,10 +193,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(bool pdl, Params p) {
     xrow[h] = p.x + static_cast<int64_t>(xok[h] ? m : 0) * p.sx + t * kVec;
   }
 
-  // This warp's run of chunks.
-  const int per_warp = (slice_end - slice_begin + kWarps - 1) / kWarps;
-  const int run_begin = slice_begin + warp * per_warp;
-  const int run_end = min(run_begin + per_warp, slice_end);
   const int stages = run_end > run_begin ? (run_end - run_begin + kUnroll - 1) / kUnroll : 0;
 
   float acc[kTiles][4];
@@ -204,6 +231,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(bool pdl, Params p) {
   // Two stages in flight: the next stage's loads go out before this stage's MMAs.
   S a, b;
   if (stages > 0) load(a, 0);
+  // This CTA's first loads are out: the next kernel may launch (its CTAs take the SM's second
+  // slot, prefetch their weight, and wait for this grid to finish before any other access).
+  kernels::pdl_launch_dependents();
 #pragma unroll 1
   for (int s = 0; s < stages; s += 2) {
     if (s + 1 < stages) load(b, s + 1);
@@ -211,7 +241,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(bool pdl, Params p) {
     if (s + 2 < stages) load(a, s + 2);
     if (s + 1 < stages) compute(b);
   }
-  kernels::pdl_launch_dependents();
 
   // The warps' tiles, summed in warp order.
 #pragma unroll
