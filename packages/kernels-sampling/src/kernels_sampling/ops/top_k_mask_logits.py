@@ -1,9 +1,9 @@
 """sampling.top_k_mask_logits: set every logit outside the row's top-k values to -inf.
 
-CUDA (csrc/filters.cuh): a CTA of 1024 threads per row; the k-th largest value by a radix select
-over an order-preserving key of the fp32 bits (NaN largest, like torch.sort), then the write
-pass.
-The pure-torch reference (fp32, sort based) is the fallback.
+CUDA (csrc/filters.cuh): small batches: a cluster of up to 16 CTAs per row, each slice cached in
+shared memory (one HBM read); larger batches: a CTA of 1024 threads per row; the k-th largest value
+by a radix select over an order-preserving key of the fp32 bits (NaN largest, like torch.sort),
+then the write pass. The pure-torch reference (fp32, sort based) is the fallback.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """sampling.top_k_renorm_probs: keep each row's top-k values (ties kept together), renormalise.
 
-CUDA (csrc/filters.cuh): a CTA of 1024 threads per row; the k-th largest value by a radix select
-(3 passes of 11/11/10 bits over the fp32 bits, shared-memory histograms; the last pass also
-gives the exact kept sum), then the write pass. Sorting-free.
-The pure-torch reference (fp32, sort based) is the fallback.
+CUDA (csrc/filters.cuh): small batches: a cluster of up to 16 CTAs per row, each slice cached in
+shared memory (one HBM read); larger batches: a CTA of 1024 threads per row; the k-th largest value
+by a radix select (3 passes of 11/11/10 bits over the fp32 bits, shared-memory histograms; the last
+pass also gives the exact kept sum), then the write pass. Sorting-free. The pure-torch reference
+(fp32, sort based) is the fallback.
 """
 
 from __future__ import annotations

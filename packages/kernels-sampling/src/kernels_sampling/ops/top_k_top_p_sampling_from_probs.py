@@ -1,6 +1,7 @@
 """sampling.top_k_top_p_sampling_from_probs: seeded sampling among the top-k and top-p tokens.
 
-CUDA (csrc/sampling_draw.cuh): a CTA of 1024 threads per output row; the top-k threshold and the
+CUDA (csrc/sampling_draw.cuh): small batches: a cluster of up to 16 CTAs per output row, each slice
+cached in shared memory; larger batches: a CTA of 1024 threads per row; the top-k threshold and the
 top-p threshold by the radix selects of csrc/filters.cuh (top_k_first: top-p's mass target scaled
 by the top-k kept sum), then the draw of sampling_from_probs over the kept values. Kept sets agree
 with the reference except where a top-p boundary falls within fp32 rounding. The pure-torch

@@ -1,9 +1,9 @@
 """sampling.top_p_renorm_probs: keep the tokens whose strictly-greater mass is below top_p.
 
-CUDA (csrc/filters.cuh): a CTA of 1024 threads per row; the threshold value by radix passes
-that accumulate mass per bin (the lowest bin whose strictly-greater mass < top_p), then the
-write pass. Sorting-free.
-The pure-torch reference (fp32, sort based) is the fallback.
+CUDA (csrc/filters.cuh): small batches: a cluster of up to 16 CTAs per row, each slice cached in
+shared memory (one HBM read); larger batches: a CTA of 1024 threads per row; the threshold value by
+radix passes that accumulate mass per bin (the lowest bin whose strictly-greater mass < top_p),
+then the write pass. Sorting-free. The pure-torch reference (fp32, sort based) is the fallback.
 """
 
 from __future__ import annotations
