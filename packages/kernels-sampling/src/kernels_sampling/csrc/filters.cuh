@@ -642,11 +642,16 @@ inline int active_clusters(const void* kernel, int device, int cluster, int smem
 }
 
 // The shape for `rows` rows of `cols` elements in packs of n, given the cached kernel; the
-// streamed kernels take clusters of at most max_streamed CTAs (filters 8, draws 1).
+// streamed kernels take clusters of at most max_streamed CTAs (filters 8, draws 1). `caches`:
+// whether the op's automatic choice may take the cached shape. Only the radix selects (top_k,
+// top_p, top_k_mask, the top-k/top-p draw: 3+ passes over the row) gain from it; min_p and the
+// plain draw read the row twice, mostly from L2, and were slower cached at B = 1 on the H200
+// (2026-12-04, V = 128256: min_p 11.9 -> 14.2 us, sampling_from_probs 17.9 -> 25.4 us). The
+// test hook still forces either shape for every op (one kernel body, kCache a parameter).
 inline Shape choose_shape(const void* cached, int device, int64_t rows, int64_t cols, int64_t n,
-                          int max_streamed) {
+                          int max_streamed, bool caches) {
   const int force = forced_path();
-  if (force != 0) {
+  if (force == 1 || (force == -1 && caches)) {
     int fit = 1;  // CTAs per row for a slice to fit the cache
     while (fit <= kMaxCluster && slice_for(cols, fit, n) * 4 > kCacheBytes) fit *= 2;
     const int par = batch_cluster(device, rows, cols, kMaxCluster, kMinCachedSlice);
@@ -684,7 +689,8 @@ bool vectorizable(const Params& p) {
 template <typename T, bool kVec>
 Shape shape_for(int mode, int device, int64_t rows, int64_t cols) {
   return choose_shape(reinterpret_cast<const void*>(kernel_for<T, kVec, true>(mode)), device,
-                      rows, cols, kernels::pack_width<T, kVec>, kMaxStreamedCluster);
+                      rows, cols, kernels::pack_width<T, kVec>, kMaxStreamedCluster,
+                      mode != kMinP);
 }
 
 template <typename T, bool kVec>

@@ -1,9 +1,8 @@
 """sampling.min_p_renorm_probs: keep the tokens with ``p >= min_p * max(p)``, renormalise.
 
-CUDA (csrc/filters.cuh): small batches: a cluster of up to 16 CTAs per row, each slice cached in
-shared memory (one HBM read); larger batches: a CTA of 1024 threads per row; a max pass, a kept-sum
-pass and the write pass, 16-byte packs. The pure-torch reference (fp32, sort based) is the
-fallback.
+CUDA (csrc/filters.cuh): a CTA of 1024 threads per row, or for small batches a cluster of up to 8
+CTAs over slices of the row, streamed from global memory (mostly L2); a max pass, a kept-sum pass
+and the write pass, 16-byte packs. The pure-torch reference (fp32, sort based) is the fallback.
 """
 
 from __future__ import annotations

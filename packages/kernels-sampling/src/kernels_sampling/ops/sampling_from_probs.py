@@ -1,7 +1,7 @@
 """sampling.sampling_from_probs: one seeded, reproducible draw per row (inverse CDF).
 
-CUDA (csrc/sampling_draw.cuh): small batches: a cluster of up to 16 CTAs per output row, each slice
-cached in shared memory; larger batches: a CTA of 1024 threads per row; pass 1 the row total (and
+CUDA (csrc/sampling_draw.cuh): a CTA of 1024 threads per output row (the row read twice, mostly
+from L2: the cached cluster shape of the filtered draw was slower here); pass 1 the row total (and
 bad-row flag), pass 2 a block scan of 16-element tiles in vocabulary order that stops at the tile
 crossing u * total. The pure-torch reference is the fallback.
 """
@@ -53,8 +53,8 @@ SAMPLING_DRAW_CUDA = ModuleSpec(
         ("sampling_force_path", "sampling_force_path"),
     ),
     description=(
-        "CUDA: seeded inverse-CDF draws (top-k/top-p filtered), a cluster of cached slices per "
-        "row for small batches, a CTA per row otherwise"
+        "CUDA: seeded inverse-CDF draws; the top-k/top-p filtered draw over a cluster of cached "
+        "slices per row for small batches, a CTA per row otherwise"
     ),
 )
 
