@@ -77,6 +77,8 @@ CONFIGS = (  # (E, k, n_group, topk_group)
     (60, 6, 6, 3),  # groups of 10 spread over lanes
     (1024, 8, 32, 4),  # 32 experts per lane, 32 groups
     (96, 32, 4, 4),  # k = 32
+    (96, 8, 3, 2),  # groups of 32 (one slot each), a 4th slot past E
+    (160, 8, 5, 2),  # groups of 32, slots 5..7 past E
 )
 
 
@@ -163,7 +165,9 @@ def test_ties_of_experts_and_groups_go_low(device):
 
 @pytest.mark.parametrize("device", _device_params())
 @pytest.mark.parametrize(
-    "config", ((256, 8, 8, 4), (256, 32, 8, 4), (384, 16, 1, 1), (60, 6, 6, 3)), ids=str
+    "config",
+    ((256, 8, 8, 4), (256, 32, 8, 4), (384, 16, 1, 1), (60, 6, 6, 3), (96, 8, 3, 2)),
+    ids=str,
 )
 def test_many_exact_ties_of_experts_and_groups(device, config):
     """Logits 0 or -inf (s = 0.5 or 0, exact) and an integer bias in [0, 2]: many equal selection

@@ -161,6 +161,36 @@ def test_strided_gating_and_empty(device):
 
 
 @pytest.mark.parametrize("device", _device_params())
+@pytest.mark.parametrize(
+    "experts,row,offset",
+    (
+        (256, 256, 0),  # float4 loads: 2 per lane
+        (128, 128, 0),  # float4 loads: 1 per lane
+        (100, 100, 0),  # float4 loads, lanes 25.. past E
+        (256, 260, 4),  # float4 loads on a padded, 16-byte aligned row
+        (254, 254, 0),  # E % 4 != 0: scalar loads
+        (256, 258, 0),  # row stride % 4 != 0: scalar loads
+        (256, 260, 1),  # rows not 16-byte aligned: scalar loads
+    ),
+    ids=str,
+)
+@pytest.mark.parametrize("with_bias", (False, True), ids=("plain", "bias"))
+def test_vector_and_scalar_row_loads(device, experts, row, offset, with_bias):
+    """fp32 rows take 16-byte loads (experts 128 q + 4 lane + j in a lane) only when E % 4 == 0
+    and every row is 16-byte aligned, scalar loads otherwise: both orders give the oracle's ids
+    and weights, bias included (read at the same expert map)."""
+    wide = _spaced_logits(6, row + 4, seed=11).to(device)
+    gating = wide[:, offset : offset + experts]
+    g = torch.Generator().manual_seed(12)
+    bias = (torch.rand(experts, generator=g) * 0.01).to(device) if with_bias else None
+    w_ref, ids_ref = _expected(gating, 8, True, bias=bias)
+    for backend in BACKENDS[device]:
+        w, ids = _run(gating, 8, True, backend, correction_bias=bias)
+        assert_close(ids, ids_ref, name=f"{backend} ids")
+        assert_close(w, w_ref.float(), name=f"{backend} weights")
+
+
+@pytest.mark.parametrize("device", _device_params())
 def test_strided_outputs(device):
     gating = _spaced_logits(7, 64, seed=6).to(device)
     w_ref, ids_ref = _expected(gating, 4, True)

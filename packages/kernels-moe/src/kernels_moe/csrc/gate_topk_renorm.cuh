@@ -8,16 +8,21 @@
 // lane `l` holds experts l, l + 32, ... (kPer = ceil(E / 32) slots rounded up to a power of
 // two, in registers, E <= 1024; the logits and bias rows' loads are all issued at once,
 // coalesced). Group scores: per group, a lane-local top-2 over its experts in the group, then
-// two warp maxima (redux.sync) and a ballot give the group's top two (groups of exactly 32
-// experts, as DeepSeek-V3's 256 / 8, skip the lane-local pass: group g is register slot g);
-// lane g keeps group g's score (n_group <= 32), counts the groups that beat it (n_group
-// shuffles) and a ballot of "fewer than topk_group" is the kept set. Then moe_common::warp_topk
-// (each lane's keys sorted once, k rounds of a warp max over the heads) picks the experts
-// (k <= 32); lane j writes column j.
+// a warp max (redux.sync) and, beside a ballot counting its holders, the max of the rest give
+// the group's top two. Groups of exactly 32 experts (DeepSeek-V3's 256 / 8) skip the
+// lane-local pass (group g is register slot g), run the groups' reductions without branches
+// between them (they overlap), and lane g ranks group g against the scores every lane already
+// holds (no shuffles); otherwise lane g keeps group g's score (n_group <= 32) and counts the
+// groups that beat it (n_group shuffles). A ballot of "fewer than topk_group" is the kept set.
+// Then moe_common::warp_topk (each lane's keys sorted once, k rounds of a warp max over the
+// heads) picks the experts (k <= 32); lane j writes column j.
 //
 // Predicted on the H200 (DeepSeek-V3, T <= 128): the bias row was loaded one dependent slot at a
 // time (8 serial memory latencies, ~3 us of the 6.0 us); with it loaded beside the logits and
 // the selection rounds shortened as in topk_softmax, ~2.5-3 us; T = 8192 23.3 -> ~12 us.
+// Measured then 4.07 us (T = 1), 19.41 us (T = 8192); the group stage was 8 serial groups of
+// redux -> ballot -> find-first -> redux between branches plus an 8-step shuffle loop: with
+// overlapped groups and in-register ranking, predicted ~3.5 us at T = 1, ~17-18 us at 8192.
 #pragma once
 
 #include <kernels/version.h>
@@ -53,16 +58,19 @@ struct Params {
   bool renormalize;
 };
 
-// The group score of groups of 32 experts (kGroup32: group g is slot g of every lane, as in
-// DeepSeek-V3's 256 / 8): one element per lane, so the warp's top two are a warp max and the
-// warp max once its lowest holder drops out.
-__device__ __forceinline__ float group32_score(float value, int lane) {
-  const uint32_t mine = moe_common::ordered_bits(value);
+// The sum of a group's two largest selection scores (duplicates count, as topk(2).sum()) from
+// each lane's largest (`first`) and second largest (`second`, -inf if none) of the group: the
+// warp max of the firsts, and as second term that max again when two lanes hold it, else the
+// warp max of what remains once its holder offers its second. The ballot and the second
+// reduction both wait only on the first, so the chain is two redux.sync, not redux -> ballot ->
+// find-first -> redux.
+__device__ __forceinline__ float warp_top2_sum(float first, float second) {
+  const uint32_t mine = moe_common::ordered_bits(first);
   const uint32_t top = moe_common::warp_max_u32(mine);
-  const unsigned holders = __ballot_sync(0xffffffffu, mine == top);
-  const uint32_t rest = lane == __ffs(holders) - 1 ? moe_common::ordered_bits(-INFINITY) : mine;
-  const uint32_t next = moe_common::warp_max_u32(rest);
-  return moe_common::from_ordered_bits(top) + moe_common::from_ordered_bits(next);
+  const bool holder = mine == top;
+  const bool shared_top = __popc(__ballot_sync(0xffffffffu, holder)) >= 2;
+  const uint32_t rest = moe_common::warp_max_u32(holder ? moe_common::ordered_bits(second) : mine);
+  return moe_common::from_ordered_bits(top) + moe_common::from_ordered_bits(shared_top ? top : rest);
 }
 
 template <typename T, int kPer, bool kGroup32>
@@ -93,22 +101,32 @@ __global__ void __launch_bounds__(kThreads) gate_topk_renorm_kernel(bool pdl, Pa
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int e = i * 32 + lane;
-      group[i] = e < p.experts ? e / p.group_size : -1;
+      group[i] = e >= p.experts ? -1 : kGroup32 ? i : e / p.group_size;
     }
-    float my_score = -INFINITY;
+    unsigned kept;
     if constexpr (kGroup32) {
+      // Group g is slot g of every lane, and its score comes out of the reductions in every
+      // lane: the kPer groups' reductions are independent (no branch between them, so they
+      // overlap), and lane g ranks group g against the others' scores in its own registers
+      // (kPer compares, no shuffles). Slots past n_group are computed and ignored.
+      uint32_t score[kPer];
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
-        if (i < p.n_group) {
-          const float score = group32_score(sb[i], lane);
-          if (lane == i) my_score = score;
-        }
+        const float g = warp_top2_sum(sb[i], -INFINITY);
+        score[i] = moe_common::ordered_bits(isnan(g) ? kNanScore : g);
       }
+      uint32_t mine = 0;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) mine = lane == i ? score[i] : mine;
+      int beaten_by = 0;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i)
+        beaten_by += i < p.n_group && (score[i] > mine || (score[i] == mine && i < lane));
+      kept = __ballot_sync(0xffffffffu, lane < p.n_group && beaten_by < p.topk_group);
     } else {
+      float my_score = -INFINITY;
       for (int g = 0; g < p.n_group; ++g) {
-        // Lane-local top two of the group, then the warp's: the largest value (a warp max of
-        // order-preserving bits), and the largest of what remains once one holder of it (the
-        // lowest lane) offers its second instead (duplicates count, as topk(2).sum()).
+        // Lane-local top two of the group, then the warp's (duplicates count).
         float first = -INFINITY, second = -INFINITY;
 #pragma unroll
         for (int i = 0; i < kPer; ++i) {
@@ -121,27 +139,20 @@ __global__ void __launch_bounds__(kThreads) gate_topk_renorm_kernel(bool pdl, Pa
             }
           }
         }
-        const uint32_t mine = moe_common::ordered_bits(first);
-        const uint32_t top = moe_common::warp_max_u32(mine);
-        const unsigned holders = __ballot_sync(0xffffffffu, mine == top);
-        const bool holder = lane == __ffs(holders) - 1;
-        const uint32_t next =
-            moe_common::warp_max_u32(moe_common::ordered_bits(holder ? second : first));
-        if (lane == g)
-          my_score = moe_common::from_ordered_bits(top) + moe_common::from_ordered_bits(next);
+        const float score = warp_top2_sum(first, second);
+        if (lane == g) my_score = score;
       }
+      // Group g (lane g) is kept when fewer than topk_group groups beat it (a larger score, or
+      // an equal one and a lower index): n_group independent shuffles and compares, not
+      // topk_group rounds of dependent warp reductions.
+      const uint32_t mine = moe_common::ordered_bits(isnan(my_score) ? kNanScore : my_score);
+      int beaten_by = 0;
+      for (int h = 0; h < p.n_group; ++h) {
+        const uint32_t other = __shfl_sync(0xffffffffu, mine, h);
+        beaten_by += other > mine || (other == mine && h < lane);
+      }
+      kept = __ballot_sync(0xffffffffu, lane < p.n_group && beaten_by < p.topk_group);
     }
-    // Group g (lane g) is kept when fewer than topk_group groups beat it (a larger score, or
-    // an equal one and a lower index): n_group independent shuffles and compares, not
-    // topk_group rounds of dependent warp reductions.
-    const uint32_t mine = moe_common::ordered_bits(isnan(my_score) ? kNanScore : my_score);
-    int beaten_by = 0;
-    for (int h = 0; h < p.n_group; ++h) {
-      const uint32_t other = __shfl_sync(0xffffffffu, mine, h);
-      beaten_by += other > mine || (other == mine && h < lane);
-    }
-    const unsigned kept =
-        __ballot_sync(0xffffffffu, lane < p.n_group && beaten_by < p.topk_group);
 #pragma unroll
     for (int i = 0; i < kPer; ++i)
       if (group[i] >= 0 && !((kept >> group[i]) & 1u)) sb[i] = -INFINITY;
