@@ -383,6 +383,37 @@ def test_cuda_draw_lands_in_every_slice(vocab):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(("cluster", "n"), [(1, 1), (2, 1), (3, 2), (4, 1), (4, 8)])
+def test_cuda_draw_in_every_tile_of_a_slice(cluster, n):
+    # Forced C at V = 128256: slices of 8 (C = 1), 4, 3 and 2 tiles of 16384. The pass keeps up to
+    # three leading tiles' weights in shared memory and the last in registers; the rest (C = 1)
+    # are re-read. Row 0 rejected for sure (target 0 at the draft token), so the residual's mass
+    # lies in one window: the draw must land there in whichever tile of rank 0's slice holds it.
+    vocab, tile = 128_256, 16_384
+    slice_len = -(-vocab // cluster)
+    draft = torch.rand(1, n, vocab, device="cuda").softmax(-1)
+    ids = torch.zeros(1, n, dtype=torch.int32, device="cuda")
+    starts = [k * tile + 5 for k in range(-(-slice_len // tile))]
+    for start in starts:
+        stop = min(start + 64, vocab)
+        target = torch.zeros(1, n + 1, vocab, device="cuda")
+        target[0, 0, start:stop] = draft[0, 0, start:stop] + torch.rand(stop - start, device="cuda")
+        target[:, 1:] = draft[:, :1]
+        for seed in range(3):
+            seeds = torch.tensor([seed], dtype=torch.int64, device="cuda")
+            offsets = torch.tensor([2], dtype=torch.int64, device="cuda")
+            got = _in_clusters(draft, ids, target, seeds, offsets, cluster)
+            want = chain_speculative_sampling(
+                draft, ids, target, seed=seeds, offset=offsets, backend="torch"
+            )
+            assert got[2].item() == 0 and start <= got[0][0, 0].item() < stop
+            _assert_same_draws(got, want, draft, ids, target, [seed], [2])
+            again = _in_clusters(draft, ids, target, seeds, offsets, cluster)
+            for x, y in zip(got, again, strict=True):
+                assert torch.equal(x, y)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("batch", [1, 40])
 def test_cuda_zero_residual_at_full_vocab(batch):
     # Draft == target with the draft token's probability zeroed in both: rejected for sure

@@ -11,18 +11,22 @@
 //      fp32 loads of each row in flight, coalesced), for the slice sums of relu(t - d) and of t
 //      and the last positive index of each; each warp records its share of every tile's weight
 //      sum (the first kRecordedTiles tiles) in shared memory; the last tile stays in registers
-//      (the whole slice at V = 128256, C = 8).
+//      (the whole slice at V = 128256, C = 8) and the weights of up to kStoredTiles earlier ones
+//      in dynamic shared memory (64 KiB each: C = 4 at B = 32 keeps tile 0, C = 2 tiles 0-2).
 //   3. The slice sums go through distributed shared memory: every CTA adds them in rank order
 //      (identical bits everywhere), picks the weights (the residual when its mass is > 0, else
 //      the target row), the threshold u * total with U(seed, offset, b, n), and the one slice k
 //      whose running prefix P_k <= threshold < P_k+1.
 //   4. That CTA alone finds the tile that holds the draw from the recorded tile sums (no memory
 //      read), then block-scans that tile in vocabulary order, from registers when it is the last
-//      one, else re-read once (mostly from L2), for the smallest j whose running sum exceeds the
+//      one, from shared memory when it is a stored one, else re-read once (mostly from L2), for the smallest j whose running sum exceeds the
 //      threshold on a positive weight (walking on to later tiles if rounding leaves none); the
 //      slice's (else the row's) last positive index when rounding leaves none at all; 0 for a
 //      zero or NaN total. Before, the draw re-read the slice tile by tile from its start (up to
-//      8 dependent tile reads at C = 1).
+//      8 dependent tile reads at C = 1). The stored tiles take the draw's L2 re-read (128 KiB of
+//      fp32 rows by one SM, after the cluster barrier: predicted ~1 us of tail, which the worst of
+//      32 clusters at B = 32 pays almost surely) off the critical path; the occupancy counts are
+//      taken with the most dynamic shared memory (1 CTA per SM either way).
 // C (host, cluster_for): the largest C <= 8 whose clusters hold the whole batch in ONE wave
 // (B <= the resident clusters of C CTAs, as the occupancy API counts them: clusters live inside
 // one GPC, so a GPU whose GPCs' SM counts are not multiples of C holds fewer than SMs / C),
@@ -59,6 +63,8 @@ constexpr int kTile = kThreads * kPer;
 constexpr int kMaxCluster = 8;
 constexpr int64_t kMinSlice = 4096;  // a cluster of C CTAs needs V >= C * kMinSlice
 constexpr int kRecordedTiles = 16;   // tiles per slice whose sums the pass records (the draw's map)
+constexpr int kStoredTiles = 3;      // tiles per slice whose weights the pass keeps in shared memory
+constexpr int kStoredBytes = kStoredTiles * kTile * static_cast<int>(sizeof(float));  // 192 KiB
 constexpr int kNone = 0x7fffffff;
 
 template <typename T>
@@ -76,6 +82,7 @@ struct Params {
   int64_t n, vocab;
   int cluster;    // CTAs per request, 1..kMaxCluster (a thread-block cluster when > 1)
   int64_t slice;  // elements per CTA (a multiple of the pack width)
+  int stored;     // leading tiles of a slice whose weights stay in shared memory (<= kStoredTiles)
 };
 
 // What a CTA publishes to its cluster: its slice's sums and last positive indices.
@@ -152,6 +159,39 @@ __device__ __forceinline__ void load_tile(const T* trow, const T* drow, bool res
   for (int u = 0; u < U; ++u)
 #pragma unroll
     for (int k = 0; k < N; ++k) w[u][k] = weight(t[u][k], d[u][k], residual);
+}
+
+// A tile's weights (laid out as load_tile's) to or from shared memory: pack u of thread tid at
+// ((u * kThreads) + tid) * N, so a warp's 16-byte accesses are contiguous (no bank conflicts).
+template <int N>
+__device__ __forceinline__ void store_tile(float* tile, const float (&w)[kPer / N][N]) {
+#pragma unroll
+  for (int u = 0; u < kPer / N; ++u) {
+    float* at = tile + (u * kThreads + threadIdx.x) * N;
+    if constexpr (N == 4)
+      *reinterpret_cast<float4*>(at) = make_float4(w[u][0], w[u][1], w[u][2], w[u][3]);
+    else
+#pragma unroll
+      for (int k = 0; k < N; ++k) at[k] = w[u][k];
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void read_tile(const float* tile, float (&w)[kPer / N][N]) {
+#pragma unroll
+  for (int u = 0; u < kPer / N; ++u) {
+    const float* at = tile + (u * kThreads + threadIdx.x) * N;
+    if constexpr (N == 4) {
+      const float4 x = *reinterpret_cast<const float4*>(at);
+      w[u][0] = x.x;
+      w[u][1] = x.y;
+      w[u][2] = x.z;
+      w[u][3] = x.w;
+    } else {
+#pragma unroll
+      for (int k = 0; k < N; ++k) w[u][k] = at[k];
+    }
+  }
 }
 
 struct Shared {
@@ -239,6 +279,8 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
   namespace cg = cooperative_groups;
   constexpr int U = kPer / N;
   __shared__ Shared s;
+  extern __shared__ float4 stored_raw[];  // p.stored tiles of weights (p.stored * kTile floats)
+  float* const stored = reinterpret_cast<float*>(stored_raw);
   const int cluster = p.cluster;
   const int rank = static_cast<int>(blockIdx.x % cluster);
   const int64_t b = blockIdx.x / cluster;
@@ -288,6 +330,7 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
   int tile = 0;
   for (int64_t base = begin; base < end; base += kTile, ++tile) {
     load_tile<T, N>(trow, drow, has_residual, base, end, t, w);
+    if (tile < p.stored) store_tile<N>(stored + static_cast<int64_t>(tile) * kTile, w);
     float tile_sum = 0.f;  // this thread's weights in the tile (w is t without a residual)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -401,7 +444,11 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
       search_tile<N>(w, from, carry, threshold, s);  // the slice's last tile is in registers
     } else {
       for (int64_t base = from; base < end; base += kTile) {
-        load_tile<T, N>(trow, drow, residual, base, end, t, w);
+        const int64_t index = (base - begin) / kTile;
+        if (residual == has_residual && index < p.stored)  // the pass's weights, kept
+          read_tile<N>(stored + index * kTile, w);
+        else
+          load_tile<T, N>(trow, drow, residual, base, end, t, w);
         carry += search_tile<N>(w, base, carry, threshold, s);
         if (s.token != kNone) break;
       }
@@ -429,6 +476,17 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
   if (cluster > 1) cl.barrier_wait();  // keep s.part alive until every CTA has read it
 }
 
+// Lets chain_kernel<T, N> take kStoredBytes of dynamic shared memory on `device` (once each).
+template <typename T, int N>
+inline void allow_stored_tiles(int device) {
+  static bool done[64] = {};
+  if (device >= 0 && device < 64 && done[device]) return;
+  if (cudaFuncSetAttribute(chain_kernel<T, N>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kStoredBytes) != cudaSuccess)
+    cudaGetLastError();  // the launch then reports what is wrong
+  if (device >= 0 && device < 64) done[device] = true;
+}
+
 // How many clusters of `c` CTAs of chain_kernel<T, N> the device holds at once (0 when none
 // fit, e.g. a GPU partition with small GPCs), cached per device and size. A cluster lives
 // inside one GPC, so this is below SMs / c where GPCs' SM counts are not multiples of c.
@@ -437,16 +495,19 @@ inline int resident_clusters(int device, int c) {
   static int cached[64][kMaxCluster + 1] = {};  // the count + 1; 0 unknown
   if (c < 1 || c > kMaxCluster) return 0;
   if (device >= 0 && device < 64 && cached[device][c]) return cached[device][c] - 1;
+  // Counted with the most dynamic shared memory a launch takes (one CTA per SM either way: 1024
+  // threads of more than 32 registers), so the count holds for every launch.
+  allow_stored_tiles<T, N>(device);
   int count = 0;
   if (c == 1) {
     int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_kernel<T, N>, kThreads, 0) !=
-        cudaSuccess)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_kernel<T, N>, kThreads,
+                                                      kStoredBytes) != cudaSuccess)
       cudaGetLastError();
     count = (per_sm > 1 ? per_sm : 1) * kernels::sm_count(device);
   } else {
-    const kernels::LaunchConfig query(dim3(static_cast<unsigned>(c)), dim3(kThreads), 0, nullptr,
-                                      false, static_cast<unsigned>(c));
+    const kernels::LaunchConfig query(dim3(static_cast<unsigned>(c)), dim3(kThreads),
+                                      kStoredBytes, nullptr, false, static_cast<unsigned>(c));
     if (cudaOccupancyMaxActiveClusters(&count, chain_kernel<T, N>, &query.config) != cudaSuccess) {
       cudaGetLastError();  // a refused query leaves no error behind
       count = 0;
@@ -478,12 +539,17 @@ void launch(const kernels::Launch& ctx, int64_t batch, int64_t cluster, Params<T
   p.cluster = static_cast<int>(cluster);
   const int64_t per = (p.vocab + p.cluster - 1) / p.cluster;
   p.slice = (per + N - 1) / N * N;  // slices start on whole packs
+  // Every tile but the last (in registers) up to kStoredTiles: the draw re-reads none of them.
+  const int64_t tiles = (p.slice + kTile - 1) / kTile;
+  p.stored = static_cast<int>(tiles - 1 < kStoredTiles ? tiles - 1 : kStoredTiles);
+  const size_t smem = static_cast<size_t>(p.stored) * kTile * sizeof(float);
+  allow_stored_tiles<T, N>(ctx.device);
   TVM_FFI_CHECK(batch * p.cluster < (int64_t{1} << 31), ValueError)
       << ctx.op << ": the CUDA kernel takes B < 2^31 / " << p.cluster << " requests, got "
       << batch;
   const unsigned grid = static_cast<unsigned>(batch * p.cluster);
   const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device, grid, kThreads);
-  kernels::LaunchConfig config(dim3(grid), dim3(kThreads), 0, ctx.stream, pdl,
+  kernels::LaunchConfig config(dim3(grid), dim3(kThreads), smem, ctx.stream, pdl,
                                static_cast<unsigned>(p.cluster));
   kernels::check_launch(ctx.op, config.launch(chain_kernel<T, N>, pdl, p));
 }
