@@ -320,6 +320,40 @@ def test_cuda_strided_misaligned_3d(device, dtype, layout):
 
 
 @pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", ("col", "tma", "packed"))
+def test_cuda_column_major_row_tiles(device, dtype, layout):
+    """Column-major scales: the kernel walks tiles of R consecutive rows (R = the groups one warp
+    takes: 32 for g16 down to 4 for g256), M not a multiple of R, in the throughput plan (large
+    M), the decode plan (small M) and the scalar kernel (misaligned rows), tiles that straddle
+    the [E, M] batches of a 3-D x; TMA padding rows are never written."""
+    flags = LAYOUTS[layout]
+    for m, k, group_size in (
+        (1027, 7168, 128),
+        (2117, 1024, 16),
+        (1061, 2048, 256),
+        (13, 7168, 128),
+    ):
+        x = randn(m, k, dtype=dtype, device=device, seed=m, scale=4.0)
+        _, s = _run_both(x, group_size, **flags)
+        if layout != "col":  # storage [G', ceil4(M)]: the padding rows keep their contents
+            storage = torch.full((s.shape[1], s.stride(1)), -7, dtype=s.dtype, device=device)
+            per_token_group_quant_8bit(
+                x, group_size, backend="cuda", out_s=storage.t()[:m], **flags
+            )
+            assert (storage[:, m:] == -7).all()
+    _run_both(randn(3, 301, 7168, dtype=dtype, device=device, seed=6), 128, **flags)
+    base = randn(203, 2048 + 32, dtype=dtype, device=device, seed=8, scale=2.0)
+    _run_both(base[:, 1:2049], 32, **flags)  # misaligned rows: the scalar kernel, 4-row tiles
+    x = randn(4, 300, 7168, dtype=torch.bfloat16, device=device, seed=9)
+    masked_m = torch.tensor([300, 0, 123, 7], dtype=torch.int32, device=device)
+    q_t, s_t = _masked_run(x, 128, masked_m, "torch", **flags)
+    q_c, s_c = _masked_run(x, 128, masked_m, "cuda", **flags)
+    assert torch.equal(q_c.view(torch.uint8).cpu(), q_t.view(torch.uint8).cpu())
+    assert torch.equal(s_c.cpu(), s_t.cpu())
+
+
+@pytest.mark.parametrize("device", (GPU,))
 @pytest.mark.parametrize("dst_dtype", (FP8, torch.int8), ids=str)
 def test_cuda_edge_values(device, dst_dtype):
     x = randn(3, 512, device=device, seed=2)

@@ -16,8 +16,15 @@
 // Lane 0 of the team writes the scale through the scale view's strides (row-major, column-major,
 // TMA-aligned: one kernel for all three), or, packed, its UE8M0 byte of the int32 word (a byte
 // store; the team of the row's last group also zeroes the word's bytes of groups >= G).
-// Groups are numbered row-major, or rows fastest when the scales are column-major (consecutive
-// teams then write consecutive scales); each warp takes kU x (32 / tpg) consecutive groups.
+// Groups are numbered tile by tile: a tile is R consecutive rows, its groups in order, the R
+// rows of each group fastest. Row-major scales: R = 1 (plain row-major order). Column-major
+// scales: R = the groups a warp takes (kU x 32 / tpg; 8 for bf16 g128), so one warp holds one
+// group of R consecutive rows and its scale stores are one run of R consecutive floats (32 B for
+// R = 8), while a block reads R rows of x in runs of (its groups / R) x group elements (2 KB for
+// bf16 g128) and the grid sweeps x tile after tile, as row-major does. (Numbering the rows
+// fastest over all rows, as this kernel did, read x and wrote q in 256 / 128-byte pieces
+// 14 KB apart and swept each group column over all rows before the next.) The last tile is
+// padded to R rows; teams of rows >= M are idle.
 // Launch plans, one-shot blocks (no grid-stride loop: the shape of the static per-tensor kernel,
 // 92% of copy at 8192 x 7168):
 //   - throughput: 256-thread blocks, bf16 g128: 64 groups (16 KB of x) per block;
@@ -70,10 +77,11 @@ struct Params {
   kernels::RowMap x_map, q_map, s_map;
   kernels::FastDivmod inner_div;  // rows -> (outer, inner) of the maps
   int64_t s_group_stride;  // elements of s between consecutive groups (packed: words)
-  // Group number -> (row, group): row-major, or rows fastest when the scales are column-major.
-  kernels::FastDivmod split;  // by G, or by rows when rows_fast
-  bool rows_fast;
-  uint32_t items;  // rows * G
+  // Group number -> (tile of R = 2^tile_shift rows, group, row in the tile): split by R x G.
+  kernels::FastDivmod split;
+  int tile_shift;
+  uint32_t rows;   // M over all leading dims
+  uint32_t items;  // ceil(rows / R) x R x G
   int group;       // elements per group
   int groups;      // G
   int tpg, tpg_shift;  // lanes per group (a power of two <= 32)
@@ -148,11 +156,12 @@ __global__ void __launch_bounds__(kThreads) group_kernel(bool pdl, const __grid_
     row[u] = 0;
     grp[u] = 0;
     if (valid[u]) {
-      uint32_t hi, lo;
-      p.split.divmod(item, hi, lo);
-      row[u] = p.rows_fast ? lo : hi;
-      grp[u] = p.rows_fast ? hi : lo;
-      if (p.masked_m != nullptr) {
+      uint32_t tile, rest;
+      p.split.divmod(item, tile, rest);
+      row[u] = (tile << p.tile_shift) | (rest & ((1u << p.tile_shift) - 1u));
+      grp[u] = rest >> p.tile_shift;
+      valid[u] = row[u] < p.rows;  // the last tile's padding rows
+      if (valid[u] && p.masked_m != nullptr) {
         uint32_t expert, token;
         p.t_pad.divmod(row[u], expert, token);
         valid[u] = static_cast<int>(token) < __ldg(p.masked_m + expert);
@@ -257,41 +266,45 @@ __global__ void __launch_bounds__(kThreads) group_kernel(bool pdl, const __grid_
   }
 }
 
+// Column-major scales: tiles of the rows one warp's kU x (32 / tpg) groups cover (a power of
+// two, at most 32); row-major: one-row tiles.
 template <typename T, int kN, int kA, int kP, int kU, int kThreads, bool kInt8, bool kFused>
-inline void launch_plan(const kernels::Launch& ctx, const Params& p) {
+inline void launch_plan(const kernels::Launch& ctx, Params p, bool rows_fast) {
+  p.tile_shift = rows_fast ? rowwise::log2_exact(kU * (32 >> p.tpg_shift)) : 0;
+  const uint32_t tile_rows = 1u << p.tile_shift;
+  p.split = kernels::FastDivmod(tile_rows * static_cast<uint32_t>(p.groups));
+  p.items = kernels::ceil_div(p.rows, tile_rows) * tile_rows * static_cast<uint32_t>(p.groups);
   const unsigned groups_per_block = static_cast<unsigned>(kThreads / p.tpg * kU);
   kernels::launch(ctx, group_kernel<T, kN, kA, kP, kU, kThreads, kInt8, kFused>,
                   kernels::ceil_div(p.items, groups_per_block), kThreads, p);
 }
 
 template <typename T, bool kInt8, bool kFused>
-inline void launch(const kernels::Launch& ctx, Params p, bool vector, int64_t rows) {
+inline void launch(const kernels::Launch& ctx, Params p, bool vector, bool rows_fast) {
   constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
   constexpr int kA = kLaneElems / kVec;  // 16-byte loads per piece: 2 (bf16/fp16) or 4 (fp32)
-  p.split = kernels::FastDivmod(static_cast<uint32_t>(p.rows_fast ? rows : p.groups));
-  p.items = static_cast<uint32_t>(rows * p.groups);
   if (vector) {
     const int pieces = p.group / kLaneElems;  // 1 .. 16
     const int sms = kernels::sm_count(ctx.device);
     // Decode: one piece per lane (the most lanes per group, the least serial work per lane).
-    if (int64_t{p.items} * pieces <= int64_t{kDecodeThreadsPerSm} * sms) {
+    if (int64_t{p.rows} * p.groups * pieces <= int64_t{kDecodeThreadsPerSm} * sms) {
       p.ppl = 1;
       p.tpg = pieces;
       p.tpg_shift = rowwise::log2_exact(p.tpg);
-      launch_plan<T, kVec, kA, kMaxPieces, 1, kDecodeBlock, kInt8, kFused>(ctx, p);
+      launch_plan<T, kVec, kA, kMaxPieces, 1, kDecodeBlock, kInt8, kFused>(ctx, p, rows_fast);
       return;
     }
     p.ppl = pieces < kMaxPieces ? pieces : kMaxPieces;
     p.tpg = pieces / p.ppl;
     p.tpg_shift = rowwise::log2_exact(p.tpg);
-    launch_plan<T, kVec, kA, kMaxPieces, 1, kBlock, kInt8, kFused>(ctx, p);
+    launch_plan<T, kVec, kA, kMaxPieces, 1, kBlock, kInt8, kFused>(ctx, p, rows_fast);
     return;
   }
   p.tpg = p.group < 32 ? p.group : 32;
   p.tpg_shift = rowwise::log2_exact(p.tpg);
   p.ppl = p.group / p.tpg;
   p.q16 = false;
-  launch_plan<T, 1, 1, kScalarElems, kScalarGroups, kBlock, kInt8, kFused>(ctx, p);
+  launch_plan<T, 1, 1, kScalarElems, kScalarGroups, kBlock, kInt8, kFused>(ctx, p, rows_fast);
 }
 
 }  // namespace per_token_group_quant_8bit_detail
@@ -368,7 +381,8 @@ inline void per_token_group_quant_8bit(tvm::ffi::TensorView q, tvm::ffi::TensorV
   kernels::check_same_device(kOp, "q", q, "x", x);
   kernels::check_same_device(kOp, "s", s, "x", x);
   if (rows.rows() == 0 || k == 0 || t_pad == 0) return;
-  TVM_FFI_CHECK(rows.rows() * groups < (int64_t{1} << 31), ValueError)
+  // Group numbers over rows padded to whole tiles (at most 32 rows) stay below 2^31.
+  TVM_FFI_CHECK((rows.rows() + 31) * groups < (int64_t{1} << 31), ValueError)
       << kOp << ": x " << kernels::shape_string(x) << " has too many groups";
 
   detail::Params p{};
@@ -380,8 +394,9 @@ inline void per_token_group_quant_8bit(tvm::ffi::TensorView q, tvm::ffi::TensorV
   p.s_map = rows.map[2];
   p.inner_div = kernels::FastDivmod(static_cast<uint32_t>(rows.inner));
   p.s_group_stride = s.size(-1) > 1 ? s.stride(-1) : 0;
-  // Column-major scales (M, dim -2 of s, is the stride-1 dim): walk the rows fastest.
-  p.rows_fast = s.ndim() >= 2 && s.size(-2) > 1 && s.stride(-2) == 1 && rows.rows() > 1;
+  // Column-major scales (M, dim -2 of s, is the stride-1 dim): tiles of rows, rows fastest.
+  const bool rows_fast = s.ndim() >= 2 && s.size(-2) > 1 && s.stride(-2) == 1 && rows.rows() > 1;
+  p.rows = static_cast<uint32_t>(rows.rows());
   p.group = static_cast<int>(group_size);
   p.groups = static_cast<int>(groups);
   p.half = fuse_silu_and_mul ? k : 0;
@@ -405,15 +420,15 @@ inline void per_token_group_quant_8bit(tvm::ffi::TensorView q, tvm::ffi::TensorV
             p.q_map.s1 % 16 == 0;
     if (int8) {
       if (fuse_silu_and_mul) {
-        detail::launch<T, true, true>(ctx, p, vector, rows.rows());
+        detail::launch<T, true, true>(ctx, p, vector, rows_fast);
       } else {
-        detail::launch<T, true, false>(ctx, p, vector, rows.rows());
+        detail::launch<T, true, false>(ctx, p, vector, rows_fast);
       }
     } else {
       if (fuse_silu_and_mul) {
-        detail::launch<T, false, true>(ctx, p, vector, rows.rows());
+        detail::launch<T, false, true>(ctx, p, vector, rows_fast);
       } else {
-        detail::launch<T, false, false>(ctx, p, vector, rows.rows());
+        detail::launch<T, false, false>(ctx, p, vector, rows_fast);
       }
     }
   });
