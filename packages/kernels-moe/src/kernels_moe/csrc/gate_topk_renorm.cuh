@@ -17,12 +17,12 @@
 // Then moe_common::warp_topk (each lane's keys sorted once, k rounds of a warp max over the
 // heads) picks the experts (k <= 32); lane j writes column j.
 //
-// Predicted on the H200 (DeepSeek-V3, T <= 128): the bias row was loaded one dependent slot at a
-// time (8 serial memory latencies, ~3 us of the 6.0 us); with it loaded beside the logits and
-// the selection rounds shortened as in topk_softmax, ~2.5-3 us; T = 8192 23.3 -> ~12 us.
-// Measured then 4.07 us (T = 1), 19.41 us (T = 8192); the group stage was 8 serial groups of
-// redux -> ballot -> find-first -> redux between branches plus an 8-step shuffle loop: with
-// overlapped groups and in-register ranking, predicted ~3.5 us at T = 1, ~17-18 us at 8192.
+// H200, DeepSeek-V3 routing (2026-12-04): 5.96 us at T = 1 and 23.26 at T = 8192 when the bias
+// was loaded one dependent slot at a time and the selection scanned every key per round; 4.07 /
+// 19.41 with the bias beside the logits and sorted-head rounds; 2.84 / 16.74 with the groups
+// scored without branches between them and ranked in registers (before: 8 serial groups of
+// redux -> ballot -> find-first -> redux plus an 8-step shuffle loop). What is left at T = 1 is
+// mostly the 8 sigmoid divisions (exact, as torch) and the 8 selection rounds.
 #pragma once
 
 #include <kernels/version.h>
@@ -70,7 +70,8 @@ __device__ __forceinline__ float warp_top2_sum(float first, float second) {
   const bool holder = mine == top;
   const bool shared_top = __popc(__ballot_sync(0xffffffffu, holder)) >= 2;
   const uint32_t rest = moe_common::warp_max_u32(holder ? moe_common::ordered_bits(second) : mine);
-  return moe_common::from_ordered_bits(top) + moe_common::from_ordered_bits(shared_top ? top : rest);
+  return moe_common::from_ordered_bits(top) +
+         moe_common::from_ordered_bits(shared_top ? top : rest);
 }
 
 template <typename T, int kPer, bool kGroup32>

@@ -194,8 +194,8 @@ __device__ __forceinline__ void sort_desc(unsigned long long (&key)[kPer], float
 
 // The k <= 32 largest keys of a warp's row, descending: each lane holds kPer (key, value) pairs
 // (kPer a power of two; key 0: not a candidate; keys are distinct; with !kValueFromKey expert
-// e lives in lane e % 32). Round j leaves the j-th winner's expert and value in lane j (`my_expert`,
-// `my_value`); every lane gets the sum of the k values in selection order.
+// e lives in lane e % 32). Round j leaves the j-th winner's expert and value in lane j
+// (`my_expert`, `my_value`); every lane gets the sum of the k values in selection order.
 //
 // Each lane sorts its pairs once, so a round is a warp key max over the lanes' heads (two
 // redux.sync) and the winning lane's shift by one slot: the round's dependent chain is the two

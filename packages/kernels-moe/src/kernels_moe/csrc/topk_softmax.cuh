@@ -12,12 +12,10 @@
 // heads (k <= 32; ties to the lower expert). Lane j writes column j. NaN logits make the row's
 // probabilities NaN (no repair), as the reference.
 //
-// Predicted on the H200 (E 256, k 8): a round's chain drops from a 32-instruction lane-local
-// scan of 64-bit keys plus two reductions to the two reductions plus a few selects (~200 ->
-// ~80 cycles, ~0.5 us over 8 rounds at T <= 128), and the instructions per token from ~1000 to
-// ~550 (T = 8192 is issue-bound: 15.2 -> ~9 us). Then (measured 10.66 us at T = 8192): float4
-// loads and branch-free key construction, predicted ~10.0-10.3 us at T = 8192, ~2.1 us at
-// T <= 128 (not measured).
+// H200, E 256, k 8 (2026-12-04): sorted heads cut a round from a 32-instruction lane-local scan
+// of 64-bit keys plus two reductions to the two reductions plus a few selects: 2.93 -> 2.14 us
+// at T = 1, 15.17 -> 10.66 at T = 8192 (issue-bound there); float4 loads and branch-free keys
+// then measured 2.10 / 10.88 (no gain at 8192).
 #pragma once
 
 #include <kernels/version.h>
@@ -88,7 +86,8 @@ __global__ void __launch_bounds__(kThreads) topk_softmax_kernel(bool pdl, Params
   }
   if (!vec16) {
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) v[i] = e[i] < p.experts ? kernels::to_float(row[e[i]]) : -INFINITY;
+    for (int i = 0; i < kPer; ++i)
+      v[i] = e[i] < p.experts ? kernels::to_float(row[e[i]]) : -INFINITY;
   }
   // The bias row's loads go out with the gating row's (one memory latency for both, not one
   // per slot behind each branch).

@@ -9,8 +9,9 @@
 //     tensor in registers, a block max, the scale, the quantized packs (one launch);
 //   - larger dynamic inputs, flat vectors, up to one chunk of 256 vectors per resident CTA
 //     (about 1M bf16 on the H200: 511 CTAs): one cooperative launch (every CTA resident, or the
-//     launch fails and the two-kernel path below runs). CTA b owns chunks b, b + G, b + 2G, ... (a chunk: 256
-//     threads x kU vectors; kU = 1 as launched; the loop over several chunks is kept general):
+//     launch fails and the two-kernel path below runs). CTA b owns chunks b, b + G, b + 2G, ...
+//     (a chunk: 256 threads x kU vectors; kU = 1 as launched; the loop over several chunks is
+//     kept general):
 //       1. it sweeps them forward, folding |x| into its candidate scale max(absmax_b, eps) / 448,
 //          which it writes (as bits) to word b of q, used as scratch: q[0, 4G) (word G, zeroed
 //          by CTA 0 before the barrier, counts the CTAs that have read the candidates);
@@ -366,9 +367,11 @@ inline void launch_fused(const kernels::Launch& ctx, const View& v, float* s) {
 template <typename T, int kN>
 inline void launch_all(const kernels::Launch& ctx, const View& v, float* s, bool is_static) {
   constexpr int64_t kChunk = int64_t{kBlock} * kUnroll;
-  const unsigned quant_grid = static_cast<unsigned>(std::max<int64_t>(1, (v.items + kChunk - 1) / kChunk));
+  const unsigned quant_grid =
+      static_cast<unsigned>(std::max<int64_t>(1, (v.items + kChunk - 1) / kChunk));
   if (is_static) {
-    kernels::launch(ctx, quantize_kernel<T, kN>, quant_grid, kBlock, v, static_cast<const float*>(s));
+    kernels::launch(ctx, quantize_kernel<T, kN>, quant_grid, kBlock, v,
+                    static_cast<const float*>(s));
     return;
   }
   if (v.items <= int64_t{kFusedBlock} * kFusedMaxVPT) return launch_fused<T, kN>(ctx, v, s);
@@ -379,7 +382,8 @@ inline void launch_all(const kernels::Launch& ctx, const View& v, float* s, bool
       // 6.41). Above it the persistent sweep of 4 vectors per thread lost to the two kernels
       // (32768 x 4096: 176.0 vs 166.7 us; 8192 x 7168: 77.7 vs 78.8).
       constexpr auto kOne = cooperative_kernel<T, kN, 1>;
-      const int64_t one_chunk_ctas = kernels::resident_grid<kOne>(ctx.device, kBlock * kN / 4 - 1, kBlock);
+      const int64_t one_chunk_ctas =
+          kernels::resident_grid<kOne>(ctx.device, kBlock * kN / 4 - 1, kBlock);
       if (v.items <= one_chunk_ctas * kBlock && launch_cooperative<T, kN, 1>(ctx, v, s)) return;
     }
   }

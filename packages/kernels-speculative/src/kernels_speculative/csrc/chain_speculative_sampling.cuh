@@ -19,11 +19,12 @@
 //      whose running prefix P_k <= threshold < P_k+1.
 //   4. That CTA alone finds the tile that holds the draw from the recorded tile sums (no memory
 //      read), then block-scans that tile in vocabulary order, from registers when it is the last
-//      one, from shared memory when it is a stored one, else re-read once (mostly from L2), for the smallest j whose running sum exceeds the
-//      threshold on a positive weight (walking on to later tiles if rounding leaves none); the
-//      slice's (else the row's) last positive index when rounding leaves none at all; 0 for a
-//      zero or NaN total. Before, the draw re-read the slice tile by tile from its start (up to
-//      8 dependent tile reads at C = 1). The stored tiles take the draw's L2 re-read (128 KiB of
+//      one, from shared memory when it is a stored one, else re-read once (mostly from L2),
+//      for the smallest j whose running sum exceeds the threshold on a positive weight
+//      (walking on to later tiles if rounding leaves none); the slice's (else the row's) last
+//      positive index when rounding leaves none at all; 0 for a zero or NaN total. Before, the
+//      draw re-read the slice tile by tile from its start (up to 8 dependent tile reads at
+//      C = 1). The stored tiles take the draw's L2 re-read (128 KiB of
 //      fp32 rows by one SM, after the cluster barrier: predicted ~1 us of tail, which the worst of
 //      32 clusters at B = 32 pays almost surely) off the critical path; the occupancy counts are
 //      taken with the most dynamic shared memory (1 CTA per SM either way).
@@ -32,8 +33,9 @@
 // one GPC, so a GPU whose GPCs' SM counts are not multiples of C holds fewer than SMs / C),
 // keeping slices of >= kMinSlice elements; C need not be a power of two. The earlier rule
 // (powers of two while B * C <= SMs) launched e.g. B = 32 as 32 clusters of 4 on 132 SMs, a
-// second wave whenever some GPC's SM count is not a multiple of 4 (predicted cause of B = 32 at
-// 36% of copy: its time was about two one-wave runs).
+// second wave whenever some GPC's SM count is not a multiple of 4 (B = 32 was at 36% of copy,
+// about two one-wave runs; with this rule and the recorded tile sums, H200 2026-12-04: B = 32
+// 21.2 -> 15.9 us, B = 64 26.8 -> 20.8 us; the stored tiles above are not yet timed).
 // Sums run in a different order from torch's cumsum (and from the one-CTA kernel before this
 // one), so a draw whose threshold falls within rounding of a CDF boundary may differ from the
 // reference (probability ~1e-7 per draw); every accept / reject decision is exact. A draft id
@@ -63,7 +65,7 @@ constexpr int kTile = kThreads * kPer;
 constexpr int kMaxCluster = 8;
 constexpr int64_t kMinSlice = 4096;  // a cluster of C CTAs needs V >= C * kMinSlice
 constexpr int kRecordedTiles = 16;   // tiles per slice whose sums the pass records (the draw's map)
-constexpr int kStoredTiles = 3;      // tiles per slice whose weights the pass keeps in shared memory
+constexpr int kStoredTiles = 3;      // tiles per slice whose weights stay in shared memory
 constexpr int kStoredBytes = kStoredTiles * kTile * static_cast<int>(sizeof(float));  // 192 KiB
 constexpr int kNone = 0x7fffffff;
 
@@ -137,8 +139,8 @@ __device__ __forceinline__ float weight(float t, float d, bool residual) {
 }
 
 // The tile of this thread: packs u = 0..U-1 at base + (u * kThreads + tid) * N (coalesced), in
-// vocabulary order u-major; zeros at or past `end` (a multiple of N). `t` gets the target values and `w` the
-// weights (relu(t - d) when `residual`, else t).
+// vocabulary order u-major; zeros at or past `end` (a multiple of N). `t` gets the target values
+// and `w` the weights (relu(t - d) when `residual`, else t).
 template <typename T, int N>
 __device__ __forceinline__ void load_tile(const T* trow, const T* drow, bool residual,
                                           int64_t base, int64_t end, float (&t)[kPer / N][N],
