@@ -43,7 +43,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(3);
+KERNELS_REQUIRE_HEADERS_API(4);
 
 #include <kernels/cuda_dtype.cuh>
 #include <kernels/dtype.h>
@@ -68,6 +68,7 @@ constexpr int kRecordedTiles = 16;   // tiles per slice whose sums the pass reco
 constexpr int kStoredTiles = 3;      // tiles per slice whose weights stay in shared memory
 constexpr int kStoredBytes = kStoredTiles * kTile * static_cast<int>(sizeof(float));  // 192 KiB
 constexpr int kNone = 0x7fffffff;
+constexpr const char* kOpName = "speculative.chain_speculative_sampling";  // for errors
 
 template <typename T>
 struct Params {
@@ -478,17 +479,6 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
   if (cluster > 1) cl.barrier_wait();  // keep s.part alive until every CTA has read it
 }
 
-// Lets chain_kernel<T, N> take kStoredBytes of dynamic shared memory on `device` (once each).
-template <typename T, int N>
-inline void allow_stored_tiles(int device) {
-  static bool done[64] = {};
-  if (device >= 0 && device < 64 && done[device]) return;
-  if (cudaFuncSetAttribute(chain_kernel<T, N>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kStoredBytes) != cudaSuccess)
-    cudaGetLastError();  // the launch then reports what is wrong
-  if (device >= 0 && device < 64) done[device] = true;
-}
-
 // How many clusters of `c` CTAs of chain_kernel<T, N> the device holds at once (0 when none
 // fit, e.g. a GPU partition with small GPCs), cached per device and size. A cluster lives
 // inside one GPC, so this is below SMs / c where GPCs' SM counts are not multiples of c.
@@ -499,7 +489,7 @@ inline int resident_clusters(int device, int c) {
   if (device >= 0 && device < 64 && cached[device][c]) return cached[device][c] - 1;
   // Counted with the most dynamic shared memory a launch takes (one CTA per SM either way: 1024
   // threads of more than 32 registers), so the count holds for every launch.
-  allow_stored_tiles<T, N>(device);
+  kernels::allow_dynamic_smem<chain_kernel<T, N>>(kOpName, device, kStoredBytes);
   int count = 0;
   if (c == 1) {
     int per_sm = 0;
@@ -545,7 +535,7 @@ void launch(const kernels::Launch& ctx, int64_t batch, int64_t cluster, Params<T
   const int64_t tiles = (p.slice + kTile - 1) / kTile;
   p.stored = static_cast<int>(tiles - 1 < kStoredTiles ? tiles - 1 : kStoredTiles);
   const size_t smem = static_cast<size_t>(p.stored) * kTile * sizeof(float);
-  allow_stored_tiles<T, N>(ctx.device);
+  kernels::allow_dynamic_smem<chain_kernel<T, N>>(ctx.op, ctx.device, kStoredBytes);
   TVM_FFI_CHECK(batch * p.cluster < (int64_t{1} << 31), ValueError)
       << ctx.op << ": the CUDA kernel takes B < 2^31 / " << p.cluster << " requests, got "
       << batch;
