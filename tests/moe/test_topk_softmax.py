@@ -164,21 +164,20 @@ def test_strided_gating_and_empty(device):
 @pytest.mark.parametrize(
     "experts,row,offset",
     (
-        (256, 256, 0),  # float4 loads: 2 per lane
-        (128, 128, 0),  # float4 loads: 1 per lane
-        (100, 100, 0),  # float4 loads, lanes 25.. past E
-        (256, 260, 4),  # float4 loads on a padded, 16-byte aligned row
-        (254, 254, 0),  # E % 4 != 0: scalar loads
-        (256, 258, 0),  # row stride % 4 != 0: scalar loads
-        (256, 260, 1),  # rows not 16-byte aligned: scalar loads
+        (256, 256, 0),  # 8 slots per lane
+        (128, 128, 0),  # 4 slots per lane
+        (100, 100, 0),  # lanes 4.. past E in the last slot
+        (256, 260, 4),  # a padded, 16-byte aligned row
+        (254, 254, 0),  # E % 4 != 0
+        (256, 258, 0),  # row stride % 4 != 0
+        (256, 260, 1),  # rows not 16-byte aligned
     ),
     ids=str,
 )
 @pytest.mark.parametrize("with_bias", (False, True), ids=("plain", "bias"))
-def test_vector_and_scalar_row_loads(device, experts, row, offset, with_bias):
-    """fp32 rows take 16-byte loads (experts 128 q + 4 lane + j in a lane) only when E % 4 == 0
-    and every row is 16-byte aligned, scalar loads otherwise: both orders give the oracle's ids
-    and weights, bias included (read at the same expert map)."""
+def test_row_widths_strides_and_alignments(device, experts, row, offset, with_bias):
+    """Rows of every width, stride and alignment (a float4 load path, since taken out, keyed on
+    them) give the oracle's ids and weights, bias included."""
     wide = _spaced_logits(6, row + 4, seed=11).to(device)
     gating = wide[:, offset : offset + experts]
     g = torch.Generator().manual_seed(12)

@@ -58,27 +58,6 @@ __device__ __forceinline__ void load_floats(float (&out)[kN], const void* p, int
   }
 }
 
-// Elements index[i] (those < limit; 0 for the others) of a float array of dtype `code` as
-// fp32, the loads issued back to back: for rows whose lane -> element map is not lane + 32 i.
-template <int kN>
-__device__ __forceinline__ void load_floats_at(float (&out)[kN], const void* p, int code,
-                                               const int (&index)[kN], int limit) {
-  if (code == kF32) {
-    const float* f = static_cast<const float*>(p);
-#pragma unroll
-    for (int i = 0; i < kN; ++i) out[i] = index[i] < limit ? __ldg(f + index[i]) : 0.0f;
-  } else {
-    const unsigned short* h = static_cast<const unsigned short*>(p);
-    unsigned short bits[kN];
-#pragma unroll
-    for (int i = 0; i < kN; ++i) bits[i] = index[i] < limit ? __ldg(h + index[i]) : 0;
-#pragma unroll
-    for (int i = 0; i < kN; ++i)
-      out[i] = code == kF16 ? __half2float(__ushort_as_half(bits[i]))
-                            : __uint_as_float(static_cast<uint32_t>(bits[i]) << 16);
-  }
-}
-
 // (score, expert) as one 64-bit key whose unsigned maximum is the largest score, ties to the
 // lower expert: the score's bits mapped to an order-preserving uint32 above ~expert. No valid
 // element ever has key 0 (its low word is ~e != 0 for e < 2^32 - 1 and its high word > 0
@@ -193,9 +172,9 @@ __device__ __forceinline__ void sort_desc(unsigned long long (&key)[kPer], float
 }
 
 // The k <= 32 largest keys of a warp's row, descending: each lane holds kPer (key, value) pairs
-// (kPer a power of two; key 0: not a candidate; keys are distinct; with !kValueFromKey expert
-// e lives in lane e % 32). Round j leaves the j-th winner's expert and value in lane j
-// (`my_expert`, `my_value`); every lane gets the sum of the k values in selection order.
+// (kPer a power of two; key 0: not a candidate; keys are distinct; expert e lives in lane
+// e % 32). Round j leaves the j-th winner's expert and value in lane j (`my_expert`,
+// `my_value`); every lane gets the sum of the k values in selection order.
 //
 // Each lane sorts its pairs once, so a round is a warp key max over the lanes' heads (two
 // redux.sync) and the winning lane's shift by one slot: the round's dependent chain is the two

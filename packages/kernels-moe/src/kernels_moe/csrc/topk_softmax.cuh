@@ -4,9 +4,7 @@
 //
 // One warp per token, 4 tokens per block of 128 threads (no shared memory, no block barrier):
 // lane `l` holds experts l, l + 32, ... in registers (kPer = ceil(E / 32) slots rounded up to a
-// power of two, E <= 1024; the gating and bias rows' loads are all issued at once, coalesced;
-// fp32 rows with E % 4 == 0 and 16-byte alignment take float4 loads, lane l then holding
-// experts 128 q + 4 l + j),
+// power of two, E <= 1024; the gating and bias rows' loads are all issued at once, coalesced),
 // a warp max (one redux.sync) and a shuffle sum give the softmax, then moe_common::warp_topk
 // sorts each lane's (probability, ~expert) keys and takes k rounds of a warp max over the lanes'
 // heads (k <= 32; ties to the lower expert). Lane j writes column j. NaN logits make the row's
@@ -14,8 +12,8 @@
 //
 // H200, E 256, k 8 (2026-12-04): sorted heads cut a round from a 32-instruction lane-local scan
 // of 64-bit keys plus two reductions to the two reductions plus a few selects: 2.93 -> 2.14 us
-// at T = 1, 15.17 -> 10.66 at T = 8192 (issue-bound there); float4 loads and branch-free keys
-// then measured 2.10 / 10.88 (no gain at 8192).
+// at T = 1, 15.17 -> 10.66 at T = 8192 (issue-bound there). float4 loads of fp32 rows (lane l
+// holding experts 128 q + 4 l + j) measured no gain (2.10 / 10.88 us) and were taken out.
 #pragma once
 
 #include <kernels/version.h>
@@ -28,9 +26,6 @@ KERNELS_REQUIRE_HEADERS_API(2);
 #include <kernels/pdl.cuh>
 #include <kernels/reduce.cuh>
 #include <kernels/tensor.h>
-
-#include <cstdint>
-#include <type_traits>
 
 #include "moe_common.cuh"
 
@@ -51,7 +46,6 @@ struct Params {
   int experts, k, bias_code;
   float softcap;
   bool renormalize;
-  bool vec16;  // fp32 gating, E % 4 == 0, 16-byte aligned rows: float4 loads
 };
 
 template <typename T, int kPer>
@@ -61,44 +55,22 @@ __global__ void __launch_bounds__(kThreads) topk_softmax_kernel(bool pdl, Params
   if (pdl) kernels::pdl_wait();
   if (token >= p.tokens) return;  // the whole warp leaves together
   const T* row = static_cast<const T*>(p.gating) + token * p.g_s0;
-  // Slot i's expert: i * 32 + lane, or with 16-byte loads (fp32, kPer >= 4, p.vec16: E % 4 == 0
-  // and 16-byte aligned rows) 128 (i / 4) + 4 lane + i % 4, so slots 4q .. 4q + 3 are one
-  // float4 (wholly inside or past E). The keys carry the expert, so ties still go low.
-  constexpr bool kVec = std::is_same_v<T, float> && kPer >= 4;
-  const bool vec16 = kVec && p.vec16;
-  int e[kPer];
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) e[i] = vec16 ? (i / 4) * 128 + lane * 4 + i % 4 : i * 32 + lane;
   float v[kPer], bias[kPer];
-  if constexpr (kVec) {
-    if (vec16) {
 #pragma unroll
-      for (int q = 0; q < kPer / 4; ++q) {
-        const float4 x = e[4 * q] < p.experts
-                             ? __ldg(reinterpret_cast<const float4*>(row + e[4 * q]))
-                             : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-        v[4 * q] = x.x;
-        v[4 * q + 1] = x.y;
-        v[4 * q + 2] = x.z;
-        v[4 * q + 3] = x.w;
-      }
-    }
-  }
-  if (!vec16) {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i)
-      v[i] = e[i] < p.experts ? kernels::to_float(row[e[i]]) : -INFINITY;
+  for (int i = 0; i < kPer; ++i) {
+    const int e = i * 32 + lane;
+    v[i] = e < p.experts ? kernels::to_float(row[e]) : -INFINITY;
   }
   // The bias row's loads go out with the gating row's (one memory latency for both, not one
   // per slot behind each branch).
-  if (p.bias) moe_common::load_floats_at<kPer>(bias, p.bias, p.bias_code, e, p.experts);
+  if (p.bias) moe_common::load_row_slots<kPer>(bias, p.bias, p.bias_code, lane, p.experts);
   if (pdl) kernels::pdl_launch_dependents();
   // Uniform branches outside the slot loops; slots past E stay -inf (their bias reads 0), so
   // the max and exp loops need no per-slot test.
   if (p.softcap != 0.0f) {
 #pragma unroll
     for (int i = 0; i < kPer; ++i)
-      if (e[i] < p.experts) v[i] = p.softcap * tanhf(v[i] / p.softcap);
+      if (i * 32 + lane < p.experts) v[i] = p.softcap * tanhf(v[i] / p.softcap);
   }
   if (p.bias) {
 #pragma unroll
@@ -119,13 +91,11 @@ __global__ void __launch_bounds__(kThreads) topk_softmax_kernel(bool pdl, Params
   // row's weights are all NaN and its keys all rank as +inf (torch's descending sort puts NaN
   // first): ids 0, 1, ... as the reference.
   const bool nan_row = isnan(total);
-  // Every slot divides (0 / total past E) and the keys are selects: no per-slot branch
-  // around the division's range check, so the kPer divisions overlap.
   unsigned long long key[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    const float prob = v[i] / total;
-    key[i] = e[i] < p.experts ? moe_common::score_key(nan_row ? INFINITY : prob, e[i]) : 0ull;
+    const int e = i * 32 + lane;
+    key[i] = e < p.experts ? moe_common::score_key(nan_row ? INFINITY : v[i] / total, e) : 0ull;
   }
   int expert;
   float weight, sum;
@@ -217,7 +187,5 @@ inline void topk_softmax(tvm::ffi::TensorView topk_weights, tvm::ffi::TensorView
   p.k = static_cast<int>(k);
   p.softcap = static_cast<float>(moe_softcapping);
   p.renormalize = renormalize;
-  p.vec16 = kernels::is_dtype(gating.dtype(), kDLFloat, 32) && experts % 4 == 0 &&
-            p.g_s0 % 4 == 0 && reinterpret_cast<uintptr_t>(p.gating) % 16 == 0;
   KERNELS_DISPATCH_FLOAT(gating.dtype(), kOp, T, [&] { detail::launch<T>(ctx, p); });
 }
