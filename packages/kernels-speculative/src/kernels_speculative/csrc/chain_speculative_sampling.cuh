@@ -68,7 +68,7 @@ constexpr int kRecordedTiles = 16;   // tiles per slice whose sums the pass reco
 constexpr int kStoredTiles = 3;      // tiles per slice whose weights stay in shared memory
 constexpr int kStoredBytes = kStoredTiles * kTile * static_cast<int>(sizeof(float));  // 192 KiB
 constexpr int kNone = 0x7fffffff;
-constexpr const char* kOpName = "speculative.chain_speculative_sampling";  // for errors
+constexpr const char* kOp = "speculative.chain_speculative_sampling";  // for errors
 
 template <typename T>
 struct Params {
@@ -489,7 +489,7 @@ inline int resident_clusters(int device, int c) {
   if (device >= 0 && device < 64 && cached[device][c]) return cached[device][c] - 1;
   // Counted with the most dynamic shared memory a launch takes (one CTA per SM either way: 1024
   // threads of more than 32 registers), so the count holds for every launch.
-  kernels::allow_dynamic_smem<chain_kernel<T, N>>(kOpName, device, kStoredBytes);
+  kernels::allow_dynamic_smem<chain_kernel<T, N>>(kOp, device, kStoredBytes);
   int count = 0;
   if (c == 1) {
     int per_sm = 0;
@@ -567,7 +567,6 @@ inline void run(tvm::ffi::TensorView output_token_ids, tvm::ffi::TensorView acce
                 tvm::ffi::TensorView draft_token_ids, tvm::ffi::TensorView target_probs,
                 tvm::ffi::TensorView seed, tvm::ffi::TensorView offset, int64_t cluster) {
   namespace detail = chain_speculative_sampling_detail;
-  constexpr const char* kOp = "speculative.chain_speculative_sampling";
   // 1. Validate.
   kernels::check_ndim(kOp, "draft_probs", draft_probs, 3);
   kernels::check_ndim(kOp, "target_probs", target_probs, 3);
@@ -666,7 +665,8 @@ inline void chain_speculative_sampling_in_clusters(
     tvm::ffi::TensorView draft_token_ids, tvm::ffi::TensorView target_probs,
     tvm::ffi::TensorView seed, tvm::ffi::TensorView offset, int64_t cluster) {
   TVM_FFI_CHECK(cluster >= 1, ValueError)
-      << "speculative.chain_speculative_sampling: the cluster size must be >= 1, got " << cluster;
+      << chain_speculative_sampling_detail::kOp << ": the cluster size must be >= 1, got "
+      << cluster;
   chain_speculative_sampling_detail::run(output_token_ids, accepted_num, emitted_num, draft_probs,
                                          draft_token_ids, target_probs, seed, offset, cluster);
 }
@@ -676,7 +676,6 @@ namespace chain_speculative_sampling_detail {
 // `query(T*, device)` for the packed kernel of draft_probs' dtype (T) on its device.
 template <typename F>
 inline int64_t query_packed_kernel(const tvm::ffi::TensorView& draft_probs, F query) {
-  constexpr const char* kOp = "speculative.chain_speculative_sampling";
   kernels::check_ndim(kOp, "draft_probs", draft_probs, 3);
   kernels::check_device(kOp, "draft_probs", draft_probs, kDLCUDA);
   kernels::DeviceGuard guard(draft_probs);
