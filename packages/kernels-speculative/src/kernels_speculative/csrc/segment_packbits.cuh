@@ -1,7 +1,8 @@
 // speculative.segment_packbits, CUDA: segment b, x[in[b]:in[b+1]], packs to ceil(len/8) bytes at
 // y[out[b]:out[b+1]] ("little": element 8j+t is bit t of byte j; "big": bit 7-t; bits past the
 // segment end are 0). One thread per 4 output bytes (32 input bools: two 16-byte loads when the
-// segment is aligned, bytes otherwise), blocks of 256 threads over y. Up to 1024 segments, every
+// segment is aligned, bytes otherwise; issued before the segment search at the offset whole-byte
+// segments give them, so one memory round trip suffices there), blocks of 256 threads over y. Up to 1024 segments, every
 // block stages both pointer arrays in shared memory (one round of coalesced loads) and each thread
 // searches them for its segment; beyond that a block first finds its edge segments by one binary
 // search each over the global pointers, then each thread narrows within them. The
@@ -115,6 +116,19 @@ __global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) 
   __shared__ int64_t staged[2][kStaged ? kStagedSegments + 1 : 1];
   const int64_t block0 = static_cast<int64_t>(blockIdx.x) * kBytesPerBlock;
   if (pdl) kernels::pdl_wait();
+  // The thread's 32 input bytes are loaded before its segment is known, at the offset they have
+  // when every earlier segment's length is a multiple of 8 (in[b] == 8 out[b], as in tree masks):
+  // the pointer loads and the search then overlap the data load instead of preceding it. A guess
+  // the pointers do not confirm is loaded again below.
+  const int64_t o0 = block0 + static_cast<int64_t>(threadIdx.x) * kBytesPerThread;
+  const int64_t guess = 8 * o0;
+  uint4 a{}, c{};
+  const bool guessed =
+      guess + 32 <= p.nnz && (reinterpret_cast<uintptr_t>(p.x + guess) & 15u) == 0;
+  if (guessed) {
+    a = *reinterpret_cast<const uint4*>(p.x + guess);
+    c = *reinterpret_cast<const uint4*>(p.x + guess + 16);
+  }
   using Ptrs = std::conditional_t<kStaged, StagedPtrs, GlobalPtrs>;
   Ptrs ptr;
   if constexpr (kStaged) {
@@ -141,7 +155,6 @@ __global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) 
     lo = edge[0] < 0 ? 0 : edge[0];
     hi = edge[1];
   }
-  const int64_t o0 = block0 + static_cast<int64_t>(threadIdx.x) * kBytesPerThread;
   if (hi >= 0 && o0 < p.y_len) {
     Segment s;
     const int64_t seg = find_segment(ptr, o0, lo, hi);
@@ -151,8 +164,10 @@ __global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) 
     if (s.ok && o0 >= s.out0 && o0 + kBytesPerThread <= s.out1 && first + 32 <= s.in1 &&
         (reinterpret_cast<uintptr_t>(p.x + first) & 15u) == 0 &&
         (reinterpret_cast<uintptr_t>(p.y + o0) & 3u) == 0) {
-      const uint4 a = *reinterpret_cast<const uint4*>(p.x + first);
-      const uint4 c = *reinterpret_cast<const uint4*>(p.x + first + 16);
+      if (!guessed || first != guess) {
+        a = *reinterpret_cast<const uint4*>(p.x + first);
+        c = *reinterpret_cast<const uint4*>(p.x + first + 16);
+      }
       const uint32_t word =
           pack8((static_cast<uint64_t>(a.y) << 32) | a.x, p.big) |
           (pack8((static_cast<uint64_t>(a.w) << 32) | a.z, p.big) << 8) |
