@@ -3,8 +3,8 @@
     python -m shared.bench.sweep_decode_attention [--mla] [--gqa] [--budget-s 300]
 
 Times (CUDA graphs, inputs rotated past the L2, as the benchmark suite does) the Triton backend
-at the suite's shapes under each candidate of: query heads per program (``BLOCK_H``), the
-(BLOCK_N, num_warps, num_stages) config, and the split policy (``WAVES``,
+at the suite's shapes under each candidate of: the stage-1 config (query heads per program,
+BLOCK_N, num_warps, num_stages: ``stage1_config``) and the split policy (``WAVES``,
 ``MIN_TOKENS_PER_SPLIT``), by overriding the module's choices for one call. The point is to
 choose those constants from measurements (their docstrings say they were chosen from compiles
 only); the output is a table per shape, best first, and nothing is written to the package.
@@ -32,27 +32,28 @@ COPY_GBPS = 4200.0  # nominal (the suite's run measures it): this sweep only ran
 
 
 @contextmanager
-def choices(block_h: int, config: tuple[int, int, int], waves: int, min_tokens: int) -> Iterator:
+def choices(config: kernel.StageConfig, waves: int, min_tokens: int) -> Iterator:
     """The module's launch choices replaced for the duration of the block."""
-    saved = (kernel.BLOCK_H, kernel._config, kernel.WAVES, kernel.MIN_TOKENS_PER_SPLIT)
-    kernel.BLOCK_H, kernel.WAVES, kernel.MIN_TOKENS_PER_SPLIT = block_h, waves, min_tokens
-    kernel._config = lambda d, dv, fp8: config
+    saved = (kernel.stage1_config, kernel.WAVES, kernel.MIN_TOKENS_PER_SPLIT)
+    kernel.WAVES, kernel.MIN_TOKENS_PER_SPLIT = waves, min_tokens
+    kernel.stage1_config = lambda d, group: config
     try:
         yield
     finally:
-        kernel.BLOCK_H, kernel._config, kernel.WAVES, kernel.MIN_TOKENS_PER_SPLIT = saved
+        kernel.stage1_config, kernel.WAVES, kernel.MIN_TOKENS_PER_SPLIT = saved
 
 
-def candidates(mla: bool) -> list[tuple[int, tuple[int, int, int], int, int]]:
-    """(BLOCK_H, (BLOCK_N, warps, stages), WAVES, MIN_TOKENS_PER_SPLIT) to try."""
+def candidates(mla: bool) -> list[tuple[kernel.StageConfig, int, int]]:
+    """(stage-1 config, WAVES, MIN_TOKENS_PER_SPLIT) to try."""
+    config = kernel.StageConfig
     if mla:
-        configs = [(n, w, s) for n in (16, 32, 64) for w in (4, 8) for s in (1, 2)]
-        more_splits = [(16, (32, 8, 2), waves, 64) for waves in (4, 8)]
-        return [(h, c, 2, 64) for h in (16, 32, 64) for c in configs] + more_splits
-    configs = [(n, w, s) for n in (16, 32, 64) for w in (2, 4) for s in (2, 3)]
-    return [(16, c, 2, t) for c in configs for t in (16, 32, 64)] + [
-        (16, (32, 4, 3), waves, t) for waves in (1, 4, 8) for t in (32, 64)
-    ]
+        shapes_64 = ((64, 8, 2), (64, 8, 3), (128, 8, 2), (64, 16, 2), (128, 16, 2), (32, 16, 2))
+        heads_64 = [config(64, n, w, s) for n, w, s in shapes_64]
+        heads_128 = [config(128, n, 16, 2) for n in (32, 64)]
+        return [(c, waves, 64) for c in heads_64 + heads_128 for waves in (2, 4)]
+    shapes = ((64, 4, 2), (64, 4, 3), (128, 4, 2), (128, 8, 2), (64, 8, 2), (32, 4, 3))
+    tiles = [config(16, n, w, s) for n, w, s in shapes]
+    return [(c, waves, 64) for c in tiles for waves in (2, 4)]
 
 
 def case_for(batch: int, length: int, mla: bool) -> suite.Case:
@@ -74,8 +75,8 @@ def sweep(shapes, mla: bool, deadline: float, console: Console) -> None:
                 rows.append((time_graph(peer, sets), "vllm_triton (8 splits)"))
             except Exception as exc:  # a peer that cannot run is reported
                 console.print(f"  vllm_triton: {type(exc).__name__}: {exc}")
-        default = (kernel.BLOCK_H, kernel._config(576 if mla else 128, 512, False), kernel.WAVES,
-                   kernel.MIN_TOKENS_PER_SPLIT)  # fmt: skip
+        d, group = (576, 128) if mla else (128, suite.HQ // suite.HK)
+        default = (kernel.stage1_config(d, group), kernel.WAVES, kernel.MIN_TOKENS_PER_SPLIT)
         ours = case.impls["triton"]
         for cand in [default, *candidates(mla)]:
             if time.monotonic() > deadline:
@@ -87,7 +88,9 @@ def sweep(shapes, mla: bool, deadline: float, console: Console) -> None:
             except Exception as exc:  # compile or launch failures: reported
                 console.print(f"  {cand}: {type(exc).__name__}: {str(exc)[:120]}")
                 continue
-            label = f"H {cand[0]} N/warps/stages {cand[1]} waves {cand[2]} min_tokens {cand[3]}"
+            c = cand[0]
+            label = (f"H {c.block_h} N {c.block_n} warps {c.num_warps} stages {c.num_stages}"
+                     f" waves {cand[1]} min_tokens {cand[2]}")  # fmt: skip
             rows.append((us, label + (" (current)" if cand is default else "")))
         table = Table(title=f"decode_attention {case.shape} ({case.note})")
         table.add_column("us", justify="right")

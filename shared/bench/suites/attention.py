@@ -292,8 +292,11 @@ def _vllm_decode_attention():
 
 
 def _vllm_decode_call(fwd, s: dict) -> torch.Tensor:
+    # Scales as device tensors (its default builds them from host values: a copy that CUDA-graph
+    # capture rejects); MLA through its grouped kernel's 512 + 64 channel split.
     fwd(s["q"], s["k"], s["v"], s["out_peer"], s["lse_peer"], s["block_table"], s["seq_lens"],
-        s["logits_peer"], VLLM_DECODE_SPLITS, s["scale"], PAGE)  # fmt: skip
+        s["logits_peer"], VLLM_DECODE_SPLITS, s["scale"], PAGE, k_scale=s["one"],
+        v_scale=s["one"], is_mla=s["q"].shape[-1] == 576)  # fmt: skip
     return s["out_peer"]
 
 
@@ -334,6 +337,7 @@ def decode_attention_cases(quick: bool) -> Iterator[Case]:
                 "seq_lens": torch.full((batch,), length, device="cuda", dtype=torch.int32),
                 "out_peer": torch.empty(batch, hq, dv, device="cuda", dtype=DTYPE),
                 "lse_peer": torch.empty(batch, hq, device="cuda"),
+                "one": torch.ones((), device="cuda"),
                 "logits_peer": torch.empty(
                     batch, hq, VLLM_DECODE_SPLITS, dv + 1, device="cuda", dtype=torch.float32
                 ),

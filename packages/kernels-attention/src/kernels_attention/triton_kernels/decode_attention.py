@@ -6,7 +6,8 @@ of a token-indexed cache ``[S, Hk, D]`` (a paged ``[P, ps, Hk, D]`` cache passed
 ``[P*ps, Hk, D]`` view).
 
 Stage 1, grid ``(Hk * head_blocks, B, splits)``: a program takes up to ``BLOCK_H`` query heads of
-one KV head (the GQA group packed into the M dimension of ``tl.dot``, padded to 16 rows) and one
+one KV head (the GQA group packed into the M dimension of ``tl.dot``, padded to 16 rows; 64 for
+MLA's 128 heads, see :func:`stage1_config`) and one
 of the request's ``splits`` chunks of tokens, and loops over it in tiles of ``BLOCK_N`` gathered
 slots: scores ``q k^T`` in fp32, scaled by ``sm_scale * k_scale * log2(e)`` so the online
 softmax runs on ``exp2``, then ``acc += p v``. With one split it writes the normalised output and
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from typing import NamedTuple
 
 import torch
 import triton
@@ -54,7 +56,6 @@ LN2 = 0.6931471805599453
 WAVES = 2
 MIN_TOKENS_PER_SPLIT = 64
 MAX_SPLITS = 64
-BLOCK_H = 16  # query heads per program: tl.dot needs M >= 16
 # The ticket merge's bound on what one program reads back (splits x heads x Dv fp32): predicted
 # to cost less than a second launch's fixed latency under CUDA graphs (to be swept on the H200).
 TICKET_MERGE_BYTES = 64 * 1024
@@ -87,18 +88,30 @@ def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _config(d: int, dv: int, fp8: bool) -> tuple[int, int, int]:
-    """(BLOCK_N, num_warps, num_stages) of stage 1 for a head dim.
+class StageConfig(NamedTuple):
+    """Stage 1's launch shape for one head dim and GQA group."""
 
-    Chosen without a GPU from the sm_90 compile (triton 3.9, bf16, no spills anywhere): D = 128
-    N 32/4 warps/3 stages 167 registers (fp8 155), N 64/4/3 197, N 64/4/2 212; D = 256 N 32/8/3
-    186; MLA N 32/8/2 180 (N 32 with 4 warps spills). To be swept on the H200.
+    block_h: int  # query heads per program (the M of tl.dot: at least 16)
+    block_n: int  # KV slots per tile
+    num_warps: int
+    num_stages: int
+
+
+def stage1_config(d: int, group: int) -> StageConfig:
+    """Stage 1's launch shape, measured on the H200 (bf16, CUDA graphs,
+    ``python -m shared.bench.sweep_decode_attention``, 2026-12-04).
+
+    D <= 128: 64-slot tiles, 4 warps, 2 stages (Llama-3-8B B 1 L 1024: 7.58 us against 8.60 for
+    32/4/3; B 64 L 4096: 252.6 against 290.8). MLA (D 576) with >= 64 query heads: 64 heads per
+    program, so each KV tile read from L2 serves four times the rows (B 64 L 4096: 565 us
+    against 1343 for 16 heads, 32/8/2; B 1: 25.7 against 33.0). D = 256 and MLA with fewer heads:
+    not swept (compile-checked, no spills).
     """
-    if d > 256:  # MLA: a [576, 32] K tile, v its first 512 channels
-        return 32, 8, 2
+    if d > 256:  # MLA: a [576, N] K tile, v its first 512 channels
+        return StageConfig(64, 64, 8, 2) if group >= 64 else StageConfig(16, 64, 4, 2)
     if d > 128:
-        return 32, 8, 3
-    return 32, 4, 3
+        return StageConfig(16, 32, 8, 3)
+    return StageConfig(16, 64, 4, 2)
 
 
 @triton.jit
@@ -450,9 +463,9 @@ def decode_attention(
     if batch == 0 or hq == 0:
         return
     group = hq // hk
-    head_blocks = triton.cdiv(group, BLOCK_H)
+    config = stage1_config(d, group)
+    head_blocks = triton.cdiv(group, config.block_h)
     block_d, block_dpe = (512, d - 512) if d == 576 else (d, 0)
-    block_n, num_warps, num_stages = _config(d, dv, k_cache.dtype == torch.float8_e4m3fn)
     splits = decode_splits(batch, hk * head_blocks, kv_indices.numel(), sm_count(q.device))
     if max_kv_splits > 0:
         splits = min(splits, max_kv_splits)
@@ -475,8 +488,8 @@ def decode_attention(
         "num_splits": splits,
         "GROUP": group,
         "HEAD_BLOCKS": head_blocks,
-        "BLOCK_H": BLOCK_H,
-        "BLOCK_N": block_n,
+        "BLOCK_H": config.block_h,
+        "BLOCK_N": config.block_n,
         "BLOCK_D": block_d,
         "BLOCK_DPE": block_dpe,
         "BLOCK_DV": dv,
@@ -484,8 +497,8 @@ def decode_attention(
         "HAS_SINKS": sinks is not None,
         "V_IS_K": v_is_k,
         "INTERPRETED": interpreted,
-        "num_warps": num_warps,
-        "num_stages": num_stages,
+        "num_warps": config.num_warps,
+        "num_stages": config.num_stages,
     }
     inputs = (q, k_cache, v_cache, kv_indptr, kv_indices, sinks_arg)
     in_strides = (q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
@@ -505,7 +518,7 @@ def decode_attention(
     ws_strides = (ws_o.stride(0), ws_o.stride(1), ws_o.stride(2),
                   ws_lse.stride(0), ws_lse.stride(1), ws_lse.stride(2))  # fmt: skip
     block_s = triton.next_power_of_2(splits)
-    merge_h = min(BLOCK_H, triton.next_power_of_2(group))
+    merge_h = min(config.block_h, triton.next_power_of_2(group))
     small_merge = splits * merge_h * dv * 4 <= TICKET_MERGE_BYTES
     counters = None
     if merge == "ticket" or (merge is None and small_merge):
@@ -514,7 +527,7 @@ def decode_attention(
         _decode_stage1[grid](
             *inputs, ws_o, ws_lse, out, lse, counters, *in_strides, *ws_strides, *final,
             DIRECT=False, TICKET=True, MERGE_H=merge_h, BLOCK_S=block_s,
-            S_CHUNK=_merge_chunk(merge_h, dv, block_s, num_warps), **common,
+            S_CHUNK=_merge_chunk(merge_h, dv, block_s, config.num_warps), **common,
         )  # fmt: skip
         return
     _decode_stage1[grid](
