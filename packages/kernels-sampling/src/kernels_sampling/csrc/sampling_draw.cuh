@@ -291,12 +291,14 @@ __global__ void __launch_bounds__(kThreads) top_k_top_p_kernel(Params p, FilterP
     k = fp.k64 ? static_cast<const int64_t*>(fp.k_arr)[src_row]
                : static_cast<int64_t>(static_cast<const int32_t*>(fp.k_arr)[src_row]);
   const float tp = fp.p_arr != nullptr ? fp.p_arr[src_row] : fp.p_val;
-  // Top-k: keep v >= thr_k (the k-th largest value), kept sum sum_k.
+  // Top-k: keep v >= thr_k (the k-th largest value), kept sum sum_k. Neither search flags bad
+  // rows (kProbs = false): draw_row judges the whole row in its first pass anyway, and each flag
+  // would cost a cluster reduction.
   float thr_k = -INFINITY, sum_k = 0.0f, mx = 0.0f;
   const bool k_on = k > 0 && k < cols;
   if (k_on) {
     const f::Threshold t =
-        f::radix_threshold<false, true>(src, 0.0f, static_cast<int>(k), fs, cluster);
+        f::radix_threshold<false, false>(src, 0.0f, static_cast<int>(k), fs, cluster);
     thr_k = t.value;
     sum_k = t.kept_sum;
   }
@@ -323,7 +325,7 @@ __global__ void __launch_bounds__(kThreads) top_k_top_p_kernel(Params p, FilterP
       // top_k_first with a kept sum < 1e-8: the renormalised row is zero, top-p keeps it all.
       const float target = fp.joint ? tp : tp * sum_k;
       const uint32_t floor_key = k_on ? f::key_of(thr_k) : 0u;
-      thr_p = f::radix_threshold<true, true>(src, target, 0, fs, cluster, floor_key).value;
+      thr_p = f::radix_threshold<true, false>(src, target, 0, fs, cluster, floor_key).value;
     }
   }
   draw_row(p, i, src, start, fmaxf(thr_k, thr_p), tp != tp, s, fs);
