@@ -227,6 +227,11 @@ __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __gri
     const int i = th.lane + j * s.tpr;
     if (i < vectors) op.load(row, i, regs[j], kLate, kRowLoads<kVectorsPerThread>);
   }
+  // The next kernel's blocks may start once every block of this grid has issued its loads (they
+  // wait in pdl_wait for this grid to finish): the dependent launch and its prologue overlap this
+  // grid's memory round trip and reduction instead of only its output. Dependents launch once the
+  // last wave's blocks have all triggered, so they take no slots from this grid's blocks.
+  if (pdl) kernels::pdl_launch_dependents();
   float stats[kStats];
 #pragma unroll
   for (int st = 0; st < kStats; ++st) {
@@ -261,7 +266,6 @@ __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __gri
     for (int j = 0; j < kVectorsPerThread; ++j)
       part[j] = op.accumulate(st, x[j], stats, 0.0f, th.lane + j * s.tpr < vectors);
     const float acc = row_sum(pairwise_sum(part), s.tpr, shared[st]);
-    if (st == kStats - 1 && pdl) kernels::pdl_launch_dependents();
     stats[st] = op.finish(st, acc);
   }
 #pragma unroll
