@@ -76,6 +76,10 @@ struct RowShape {
   int64_t rows;  // all rows
   int hidden;    // elements per row
   int tpr, tpr_shift, rows_per_block;
+  // 1 / hidden, set by launch_plan: the statistics' finish multiplies by it, off the reduction's
+  // path (in the kernel, the division sat between the reduction and the output: a MUFU.RCP, its
+  // refinement and a slow-path branch).
+  float inv_hidden;
 };
 
 __device__ __forceinline__ int64_t row_offset(const kernels::RowMap& m, int64_t r, uint32_t inner) {
@@ -156,8 +160,9 @@ __device__ __forceinline__ float layernorm_accumulate(int s, const Pack& x, cons
   }
   return acc;
 }
-__device__ __forceinline__ float layernorm_finish(int s, float sum, int hidden, float eps) {
-  const float m = sum * (1.0f / static_cast<float>(hidden));
+__device__ __forceinline__ float layernorm_finish(int s, float sum, const RowShape& shape,
+                                                 float eps) {
+  const float m = sum * shape.inv_hidden;
   return s == 0 ? m : rsqrtf(m + eps);
 }
 
@@ -448,6 +453,7 @@ inline void launch_plan(const kernels::Launch& ctx, void (*kernel)(bool, Op), co
   op.shape.tpr = plan.tpr;
   op.shape.tpr_shift = plan.tpr_shift;
   op.shape.rows_per_block = plan.rows_per_block;
+  op.shape.inv_hidden = 1.0f / static_cast<float>(op.shape.hidden);
   kernels::launch(ctx, kernel, plan.grid, plan.block, op);
 }
 
