@@ -11,7 +11,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(6);
 
 #include <kernels/rowwise.cuh>
 
@@ -109,7 +109,7 @@ struct DualRms : Params, rowwise::RowOp {
     return acc;
   }
   __device__ __forceinline__ float finish(int, float sum) const {
-    return rsqrtf(sum * (1.0f / static_cast<float>(shape.hidden)) + eps);
+    return rsqrtf(sum * shape.inv_hidden + eps);
   }
     __device__ __forceinline__ Pack output(const Pack& a, const Regs& g, const float* stats) const {
     float f[kN], c[kN];

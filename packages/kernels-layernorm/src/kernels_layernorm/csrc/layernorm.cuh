@@ -9,7 +9,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(6);
 
 #include <tvm/ffi/optional.h>
 
@@ -74,7 +74,7 @@ struct LayerNorm : Params, rowwise::RowOp {
     return rowwise::layernorm_accumulate(s, x, stats, acc, valid);
   }
   __device__ __forceinline__ float finish(int s, float sum) const {
-    return rowwise::layernorm_finish(s, sum, shape.hidden, eps);
+    return rowwise::layernorm_finish(s, sum, shape, eps);
   }
   __device__ __forceinline__ Pack output(const Pack& x, const Regs& g, const float* stats) const {
     float a[kN], c[kN];

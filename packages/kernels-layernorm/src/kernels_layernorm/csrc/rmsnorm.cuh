@@ -10,7 +10,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(6);
 
 #include <kernels/rowwise.cuh>
 
@@ -110,7 +110,7 @@ struct RmsNorm : Params, rowwise::RowOp {
     return acc;
   }
   __device__ __forceinline__ float finish(int, float sum) const {
-    return rsqrtf(sum / static_cast<float>(shape.hidden) + eps);
+    return rsqrtf(sum * shape.inv_hidden + eps);
   }
   // y = x * rstd * (w + offset), rounded once.
   __device__ __forceinline__ Pack output(const Pack& x, const Regs& g, const float* stats) const {

@@ -172,8 +172,10 @@ __device__ __forceinline__ V block_exclusive_scan(V x, V* warp_totals) {
 struct Shared {
   int count[kBins];  // this CTA's histogram
   float mass[kBins];
-  int tot_count[kBins];  // cluster > 1: the row's histogram, this CTA's chunk of bins
+  int tot_count[kBins];  // cluster > 1: the row's histogram (each chunk pushed by its owner)
   float tot_mass[kBins];
+  int in_bad[kMaxCluster];     // cluster > 1: rank r's bad-row flag, pushed by rank r
+  float in_above[kMaxCluster];  // cluster > 1: rank r's sum above the final range, likewise
   float scan_f[32];
   int scan_i[32];
   float red[32];
@@ -212,6 +214,14 @@ __device__ __forceinline__ bool row_or(bool b, Shared& s, int cluster) {
   return cluster_combine(__syncthreads_or(b) ? 1.0f : 0.0f, s, cluster, true) > 0.0f;
 }
 
+// Split cluster barrier: arrive (relaxed: orders nothing) ... wait. Every thread of every CTA.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+
 // Result of the radix threshold search over one row.
 struct Threshold {
   float value;  // keep iff v >= value
@@ -223,9 +233,12 @@ struct Threshold {
 // (kMass = true, target = p in (0, 1)): three passes of 11/11/10 bits over key_of(v), over the
 // values whose key is >= floor_key only (the others are neither counted nor kept; the bad-row
 // flag still sees every value). src.each(fn) calls fn(value) on every value of this CTA's slice.
-// Cluster > 1: each CTA sums its chunk of kBins / cluster bins over every rank (rank order), then
-// reads the row's totals of its two bins from their owners (deterministic: no float atomics
-// across CTAs).
+// Cluster > 1: two cluster barriers per pass. Before the first, each CTA pushes its block-level
+// scalars (pass 0: the bad-row flag; last pass: the sum above the final range) into every rank's
+// in_* slot; after it, each CTA sums its chunk of kBins / cluster bins over every rank (rank
+// order) and pushes the totals into every rank's tot_*; after the second, every CTA reads the
+// row's histogram and scalars from its own shared memory (deterministic: no float atomics across
+// CTAs; no remote access after the last barrier, so the CTA may exit without another).
 template <bool kMass, bool kProbs, typename Src>
 __device__ Threshold radix_threshold(const Src& src, float target_p, int target_k, Shared& s,
                                      int cluster, uint32_t floor_key = 0) {
@@ -235,6 +248,9 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
   float above_m = 0.0f;
   bool bad = false;
   float kept_sum = 0.0f;
+  // Remote shared memory is written only once every CTA of the cluster runs: the matching wait
+  // comes before pass 0's first push, after the first sweep.
+  if (cluster > 1) cluster_arrive_relaxed();
 #pragma unroll 1
   for (int pass = 0; pass < 3; ++pass) {
     const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
@@ -258,8 +274,10 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
         above_local += v;
       }
     });
-    if (kProbs && pass == 0) bad = row_or(bad, s, cluster);
+    // Block-level scalars; cluster > 1 combines them with the histograms below.
+    if (kProbs && pass == 0) bad = __syncthreads_or(bad);
     if (!kProbs) bad = false;
+    float above = last ? kernels::block_sum(above_local, s.red) : 0.0f;
     if (threadIdx.x == 0) s.selected = kBins;
     __syncthreads();
     // Bins in descending order: thread t owns bins hi = kBins-1-2t and lo = hi-1.
@@ -278,9 +296,24 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
       }
     } else {
       cg::cluster_group cl = cg::this_cluster();
-      cl.sync();  // every CTA's histogram is complete
-      const int chunk = kBins / cluster;  // cluster: a power of two <= kMaxCluster
       const int rank = static_cast<int>(cl.block_rank());
+      if (pass == 0) cluster_wait();  // every CTA runs
+      if (threadIdx.x < cluster) {
+        Shared* dst = cl.map_shared_rank(&s, static_cast<int>(threadIdx.x));
+        if (kProbs && pass == 0) dst->in_bad[rank] = bad;
+        if (last) dst->in_above[rank] = above;
+      }
+      cl.sync();  // every CTA's histogram and scalars are complete
+      if (kProbs && pass == 0) {
+        int any = 0;
+        for (int r = 0; r < cluster; ++r) any |= s.in_bad[r];
+        bad = any != 0;
+      }
+      if (last) {
+        above = 0.0f;
+        for (int r = 0; r < cluster; ++r) above += s.in_above[r];  // rank order
+      }
+      const int chunk = kBins / cluster;  // cluster: a power of two <= kMaxCluster
       for (int j = threadIdx.x; j < chunk; j += blockDim.x) {
         const int b = rank * chunk + j;
         int c[kMaxCluster];
@@ -302,21 +335,23 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
           ct += c[r];
           if (kMass) mt += m[r];
         }
-        s.tot_count[b] = ct;
-        if (kMass) s.tot_mass[b] = mt;
-      }
-      cl.sync();  // every chunk is summed (the next pass clears count only after this)
-      if (own) {
-        const Shared* owner = cl.map_shared_rank(&s, hi / chunk);  // lo / chunk is the same
-        c_hi = owner->tot_count[hi];
-        c_lo = owner->tot_count[lo];
-        if (kMass) {
-          m_hi = owner->tot_mass[hi];
-          m_lo = owner->tot_mass[lo];
+        for (int r = 0; r < cluster; ++r) {
+          Shared* dst = cl.map_shared_rank(&s, r);
+          dst->tot_count[b] = ct;
+          if (kMass) dst->tot_mass[b] = mt;
         }
       }
-      // tot_* are rewritten next pass only after that pass's first cl.sync, which every CTA
-      // reaches after these reads.
+      cl.sync();  // every chunk is summed and pushed (the next pass clears count after this)
+      if (own) {
+        c_hi = s.tot_count[hi];
+        c_lo = s.tot_count[lo];
+        if (kMass) {
+          m_hi = s.tot_mass[hi];
+          m_lo = s.tot_mass[lo];
+        }
+      }
+      // tot_* and in_* are pushed again only after a later pass's (or search's) first cl.sync,
+      // which every CTA reaches after these reads.
     }
     int a_hi_k = 0, a_lo_k = 0;
     float a_hi_m = 0.0f, a_lo_m = 0.0f;
@@ -349,7 +384,7 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
         if (hi >= sel && c_hi) part += static_cast<float>(c_hi) * value_of(prefix | hi);
         if (lo >= sel && c_lo) part += static_cast<float>(c_lo) * value_of(prefix | lo);
       }
-      kept_sum = row_sum(above_local, s, cluster) + kernels::block_sum(part, s.red);
+      kept_sum = above + kernels::block_sum(part, s.red);
     }
     above_k = s.above_count;
     above_m = s.above_mass;

@@ -86,6 +86,11 @@ struct Shared {
   int last_pos;
   int found;
   float step_total;
+  // cluster > 1: rank r's slice sum, bad flag, last kept index and sample, pushed by rank r.
+  float in_sum[f::kMaxCluster];
+  int in_bad[f::kMaxCluster];
+  int in_last[f::kMaxCluster];
+  int in_found[f::kMaxCluster];
 };
 
 // Output row i: the source row, or -1 when indices[i] is out of range.
@@ -120,32 +125,21 @@ __device__ __forceinline__ void slice_tile(const f::Src<T, kVec, kCache>& src, i
   }
 }
 
-// Integer max / min over the cluster (rank order; identical in every CTA).
-__device__ __forceinline__ int cluster_int(int v, f::Shared& fs, int cluster, bool is_max) {
-  // Exact as floats for |v| < 2^24; slices are < 2^31 - 32768 and indices travel as two halves.
-  const int hi = v >> 12, lo = v & 0xFFF;  // v = hi * 4096 + lo, lo in [0, 4096)
-  if (cluster == 1) return v;
-  // Order on (hi, lo) lexicographically = order on v: combine hi, then lo among the winners.
-  const float h = f::cluster_combine(is_max ? static_cast<float>(hi) : -static_cast<float>(hi), fs,
-                                     cluster, true);
-  const int best_hi = is_max ? static_cast<int>(h) : -static_cast<int>(h);
-  const float lv = hi == best_hi ? (is_max ? static_cast<float>(lo) : -static_cast<float>(lo))
-                                 : -INFINITY;
-  const float l = f::cluster_combine(lv, fs, cluster, true);
-  const int best_lo = is_max ? static_cast<int>(l) : -static_cast<int>(l);
-  return best_hi * 4096 + best_lo;
-}
-
 // The draw over weights w = (v >= thr ? v : 0) of one row (thr = -inf: the whole row), this CTA
 // over its slice [start, start + src.len) of a cluster of p.cluster CTAs. `invalid`
 // (cluster-uniform) forces sample 0 / valid false; bad entries are judged over the whole row.
 // The running sum of a slice starts at the sum of the slices before it (rank order); the sample
-// is the first crossing of the lowest rank that has one.
+// is the first crossing of the lowest rank that has one. Cluster > 1: two exchanges of one barrier
+// each (every CTA pushes its block-level values into every rank's in_* slots, then reads its own
+// shared memory), so no remote access follows the last barrier.
 template <typename T, bool kVec, bool kCache>
 __device__ void draw_row(const Params& p, int64_t i, const f::Src<T, kVec, kCache>& src,
-                         int64_t start_col, float thr, bool invalid, Shared& s, f::Shared& fs) {
+                         int64_t start_col, float thr, bool invalid, Shared& s) {
+  namespace cg = cooperative_groups;
   const int64_t len = src.len;
   const int cluster = p.cluster;
+  // Remote shared memory is written only once every CTA of the cluster runs (wait below).
+  if (cluster > 1) f::cluster_arrive_relaxed();
   // Pass 1: kept total, bad flag, last kept positive index.
   if (threadIdx.x == 0) s.last_pos = -1;
   float part = 0.0f;
@@ -166,26 +160,32 @@ __device__ void draw_row(const Params& p, int64_t i, const f::Src<T, kVec, kCach
   }
   __syncthreads();
   if (last >= 0) atomicMax(&s.last_pos, last);
-  bad = f::row_or(bad, fs, cluster);
+  bad = __syncthreads_or(bad);
   const float mine = kernels::block_sum(part, s.red);
   float total = mine, carry = 0.0f;
+  int last_pos = s.last_pos;
   if (cluster > 1) {
     // The slices' sums in rank order: the total and this slice's exclusive prefix.
-    namespace cg = cooperative_groups;
     cg::cluster_group cl = cg::this_cluster();
-    if (threadIdx.x == 0) fs.xfer = mine;
-    cl.sync();
-    const int lane = static_cast<int>(threadIdx.x & 31);
     const int rank = static_cast<int>(cl.block_rank());
-    const float got = lane < cluster ? *cl.map_shared_rank(&fs.xfer, lane) : 0.0f;
-    total = 0.0f;
-    for (int r = 0; r < cluster; ++r) {
-      if (r == rank) carry = total;
-      total += __shfl_sync(0xFFFFFFFFu, got, r);
+    f::cluster_wait();  // every CTA runs
+    if (threadIdx.x < cluster) {
+      Shared* dst = cl.map_shared_rank(&s, static_cast<int>(threadIdx.x));
+      dst->in_sum[rank] = mine;
+      dst->in_bad[rank] = bad;
+      dst->in_last[rank] = last_pos;
     }
     cl.sync();
+    total = 0.0f;
+    int any = 0;
+    for (int r = 0; r < cluster; ++r) {
+      if (r == rank) carry = total;
+      total += s.in_sum[r];
+      any |= s.in_bad[r];
+      last_pos = max(last_pos, s.in_last[r]);
+    }
+    bad = any != 0;
   }
-  const int last_pos = cluster_int(s.last_pos, fs, cluster, true);
   if (invalid || bad || !(total > 0.0f && total < INFINITY)) {
     write_result(p, i, 0, false);
     return;
@@ -229,7 +229,14 @@ __device__ void draw_row(const Params& p, int64_t i, const f::Src<T, kVec, kCach
       if (found != INT_MAX) break;
     }
   }
-  found = cluster_int(found, fs, cluster, false);
+  if (cluster > 1) {
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = static_cast<int>(cl.block_rank());
+    if (threadIdx.x < cluster)
+      cl.map_shared_rank(&s, static_cast<int>(threadIdx.x))->in_found[rank] = found;
+    cl.sync();
+    for (int r = 0; r < cluster; ++r) found = min(found, s.in_found[r]);
+  }
   // u * total rounded up to (or past) every prefix: the last token with weight.
   write_result(p, i, found != INT_MAX ? found : last_pos, true);
 }
@@ -250,7 +257,6 @@ __device__ __forceinline__ f::Src<T, kVec, kCache> draw_src(const Params& p, int
 template <typename T, bool kVec, bool kCache>
 __global__ void __launch_bounds__(kThreads) draw_kernel(Params p) {
   __shared__ Shared s;
-  __shared__ f::Shared fs;
   const int64_t i = blockIdx.x / p.cluster;
   const int64_t src_row = source_row(p, i);
   if (src_row < 0) {  // cluster-uniform: never read outside probs
@@ -259,7 +265,7 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(Params p) {
   }
   const auto src = draw_src<T, kVec, kCache>(p, src_row);
   const int64_t start = static_cast<int64_t>(blockIdx.x % p.cluster) * p.slice;
-  draw_row(p, i, src, start, -INFINITY, false, s, fs);
+  draw_row(p, i, src, start, -INFINITY, false, s);
 }
 
 // Per-source-row filter parameters of top_k_top_p_sampling_from_probs.
@@ -291,12 +297,14 @@ __global__ void __launch_bounds__(kThreads) top_k_top_p_kernel(Params p, FilterP
     k = fp.k64 ? static_cast<const int64_t*>(fp.k_arr)[src_row]
                : static_cast<int64_t>(static_cast<const int32_t*>(fp.k_arr)[src_row]);
   const float tp = fp.p_arr != nullptr ? fp.p_arr[src_row] : fp.p_val;
-  // Top-k: keep v >= thr_k (the k-th largest value), kept sum sum_k.
+  // Top-k: keep v >= thr_k (the k-th largest value), kept sum sum_k. Neither search flags bad
+  // rows (kProbs = false): draw_row judges the whole row in its first pass anyway, and each flag
+  // would cost a cluster reduction.
   float thr_k = -INFINITY, sum_k = 0.0f, mx = 0.0f;
   const bool k_on = k > 0 && k < cols;
   if (k_on) {
     const f::Threshold t =
-        f::radix_threshold<false, true>(src, 0.0f, static_cast<int>(k), fs, cluster);
+        f::radix_threshold<false, false>(src, 0.0f, static_cast<int>(k), fs, cluster);
     thr_k = t.value;
     sum_k = t.kept_sum;
   }
@@ -323,10 +331,10 @@ __global__ void __launch_bounds__(kThreads) top_k_top_p_kernel(Params p, FilterP
       // top_k_first with a kept sum < 1e-8: the renormalised row is zero, top-p keeps it all.
       const float target = fp.joint ? tp : tp * sum_k;
       const uint32_t floor_key = k_on ? f::key_of(thr_k) : 0u;
-      thr_p = f::radix_threshold<true, true>(src, target, 0, fs, cluster, floor_key).value;
+      thr_p = f::radix_threshold<true, false>(src, target, 0, fs, cluster, floor_key).value;
     }
   }
-  draw_row(p, i, src, start, fmaxf(thr_k, thr_p), tp != tp, s, fs);
+  draw_row(p, i, src, start, fmaxf(thr_k, thr_p), tp != tp, s);
 }
 
 }  // namespace sampling_draw_detail

@@ -76,6 +76,10 @@ struct RowShape {
   int64_t rows;  // all rows
   int hidden;    // elements per row
   int tpr, tpr_shift, rows_per_block;
+  // 1 / hidden, set by launch_plan: the statistics' finish multiplies by it, off the reduction's
+  // path (in the kernel, the division sat between the reduction and the output: a MUFU.RCP, its
+  // refinement and a slow-path branch).
+  float inv_hidden;
 };
 
 __device__ __forceinline__ int64_t row_offset(const kernels::RowMap& m, int64_t r, uint32_t inner) {
@@ -103,6 +107,9 @@ __device__ __forceinline__ RowThread row_thread(int tpr, int tpr_shift, int rows
 // Sum of `v` over the threads of one row; every thread of the row gets it. All threads of the
 // block must call it (threads of a row past the end pass 0). `shared` holds 32 floats and is used
 // once per kernel call site (distinct arrays for successive reductions, so no trailing barrier).
+// A block's row: after the barrier each group of `p` lanes (the warp count rounded up to a power
+// of two) holds the warp sums, zero-padded, and shuffles over log2(p) steps instead of 5 (2 warps,
+// the 8-vector rows of 4096 bf16: 1 step; 8 warps, decode rows of 4096 bf16: 3 steps).
 __device__ __forceinline__ float row_sum(float v, int tpr, float* shared) {
   if (tpr <= 32) {
     for (int offset = tpr >> 1; offset > 0; offset >>= 1)
@@ -113,8 +120,23 @@ __device__ __forceinline__ float row_sum(float v, int tpr, float* shared) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  v = lane < static_cast<int>(blockDim.x >> 5) ? shared[lane] : 0.0f;
-  return kernels::warp_sum(v);
+  const int warps = static_cast<int>(blockDim.x >> 5);  // 2..kMaxBlock / 32
+  const int p = 1 << (32 - __clz(warps - 1));
+  const int k = lane & (p - 1);
+  v = k < warps ? shared[k] : 0.0f;
+  for (int offset = p >> 1; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum of `v`, added pairwise (a dependency chain of log2(kN) adds).
+template <int kN>
+__device__ __forceinline__ float pairwise_sum(float (&v)[kN]) {
+#pragma unroll
+  for (int w = 1; w < kN; w *= 2) {
+#pragma unroll
+    for (int j = 0; j + w < kN; j += 2 * w) v[j] += v[j + w];
+  }
+  return v[0];
 }
 
 // The two statistics of a LayerNorm, for the accumulate/finish hooks of an op struct with
@@ -138,8 +160,9 @@ __device__ __forceinline__ float layernorm_accumulate(int s, const Pack& x, cons
   }
   return acc;
 }
-__device__ __forceinline__ float layernorm_finish(int s, float sum, int hidden, float eps) {
-  const float m = sum * (1.0f / static_cast<float>(hidden));
+__device__ __forceinline__ float layernorm_finish(int s, float sum, const RowShape& shape,
+                                                 float eps) {
+  const float m = sum * shape.inv_hidden;
   return s == 0 ? m : rsqrtf(m + eps);
 }
 
@@ -209,6 +232,11 @@ __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __gri
     const int i = th.lane + j * s.tpr;
     if (i < vectors) op.load(row, i, regs[j], kLate, kRowLoads<kVectorsPerThread>);
   }
+  // The next kernel's blocks may start once every block of this grid has issued its loads (they
+  // wait in pdl_wait for this grid to finish): the dependent launch and its prologue overlap this
+  // grid's memory round trip and reduction instead of only its output. Dependents launch once the
+  // last wave's blocks have all triggered, so they take no slots from this grid's blocks.
+  if (pdl) kernels::pdl_launch_dependents();
   float stats[kStats];
 #pragma unroll
   for (int st = 0; st < kStats; ++st) {
@@ -235,13 +263,14 @@ __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __gri
         if (i < vectors) op.store(st, row, i, x[j]);
       }
     }
-    float acc = 0.0f;
+    // One partial sum per access, added pairwise: a chain of kN + log2(kVectorsPerThread)
+    // dependent adds instead of kN * kVectorsPerThread (64 for 8 bf16 vectors: ~256 cycles of
+    // FADD/FFMA latency per statistic between the loads' arrival and the row's reduction).
+    float part[kVectorsPerThread];
 #pragma unroll
-    for (int j = 0; j < kVectorsPerThread; ++j) {
-      acc = op.accumulate(st, x[j], stats, acc, th.lane + j * s.tpr < vectors);
-    }
-    acc = row_sum(acc, s.tpr, shared[st]);
-    if (st == kStats - 1 && pdl) kernels::pdl_launch_dependents();
+    for (int j = 0; j < kVectorsPerThread; ++j)
+      part[j] = op.accumulate(st, x[j], stats, 0.0f, th.lane + j * s.tpr < vectors);
+    const float acc = row_sum(pairwise_sum(part), s.tpr, shared[st]);
     stats[st] = op.finish(st, acc);
   }
 #pragma unroll
@@ -424,6 +453,7 @@ inline void launch_plan(const kernels::Launch& ctx, void (*kernel)(bool, Op), co
   op.shape.tpr = plan.tpr;
   op.shape.tpr_shift = plan.tpr_shift;
   op.shape.rows_per_block = plan.rows_per_block;
+  op.shape.inv_hidden = 1.0f / static_cast<float>(op.shape.hidden);
   kernels::launch(ctx, kernel, plan.grid, plan.block, op);
 }
 
