@@ -50,13 +50,15 @@ constexpr int kVecThreads = 64;
 constexpr int kVecRows = 4;  // batch rows per thread at large B
 
 // One row of the vector path in registers: the state packs sp (kW-1 of them, updated to the new
-// state) and the x pack xp (replaced by the outputs), taps w and bias of the thread's channels;
-// head: where x goes in a circular state (-1: shifted). kChLast: the state row is [W-1, D]
-// (stride (1, ...) over channels) rather than [D, W-1].
-template <int kW, bool kChLast, typename Pk>
+// state) and the x pack xp (replaced by the outputs), taps w and bias of the thread's channels.
+// kCirc: x goes to column head of a circular state (the window starts after it), else the state
+// shifts. kChLast: the state row is [W-1, D] (stride (1, ...) over channels) rather than [D, W-1].
+// The column selection is per row, not per channel: per channel only FSELs, FMAs and the
+// activation (silu_for: the MUFU form for 16-bit data).
+template <typename T, int kW, bool kChLast, bool kCirc, typename Pk>
 __device__ __forceinline__ void update_vec_row(Pk (&sp)[kW - 1], Pk& xp,
                                                const float (&w)[Pk::size][kW],
-                                               const float (&bias)[Pk::size], int64_t head,
+                                               const float (&bias)[Pk::size], int head,
                                                bool silu) {
   constexpr int kC = Pk::size;
   constexpr int kH = kW - 1;
@@ -76,28 +78,34 @@ __device__ __forceinline__ void update_vec_row(Pk (&sp)[kW - 1], Pk& xp,
     }
   }
   xp.unpack(xf);
-  // The window (oldest first) and the new state: shifted, or x written at the circular head.
+  // Circular: window slot k is column (head + k) % kH (sel[k][j]), x replaces column head.
+  bool sel[kH][kH];
+#pragma unroll
+  for (int k = 0; k < kH; ++k)
+#pragma unroll
+    for (int j = 0; j < kH; ++j) sel[k][j] = kCirc && (head + k) % kH == j;
+  // The window (oldest first) and the new state.
   float y[kC], ns[kC][kH];
 #pragma unroll
   for (int i = 0; i < kC; ++i) {
     float win[kH];
 #pragma unroll
     for (int k = 0; k < kH; ++k) {
-      if (head < 0) {
-        win[k] = s[i][k];
-        ns[i][k] = k + 1 < kH ? s[i][k + 1] : xf[i];
-      } else {
+      if constexpr (kCirc) {
         float v = s[i][0];
 #pragma unroll
-        for (int j = 1; j < kH; ++j) v = (head + k) % kH == j ? s[i][j] : v;
+        for (int j = 1; j < kH; ++j) v = sel[k][j] ? s[i][j] : v;
         win[k] = v;
         ns[i][k] = k == head ? xf[i] : s[i][k];
+      } else {
+        win[k] = s[i][k];
+        ns[i][k] = k + 1 < kH ? s[i][k + 1] : xf[i];
       }
     }
     float acc = bias[i] + w[i][kW - 1] * xf[i];
 #pragma unroll
     for (int k = 0; k < kH; ++k) acc += w[i][k] * win[k];
-    y[i] = silu ? mamba_common::silu(acc) : acc;
+    y[i] = silu ? mamba_common::silu_for<T>(acc) : acc;
   }
   // The new state packs (exact: every value came from T), the outputs in the x pack.
 #pragma unroll
@@ -191,8 +199,12 @@ __global__ void __launch_bounds__(kVecThreads) update_vec_kernel(const Params p)
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     if (!live[r]) continue;
-    const int64_t head = p.seqlens != nullptr ? ((seq[r] % kH) + kH) % kH : -1;
-    update_vec_row<kW, kChLast>(sp[r], xp[r], w, bias, head, p.silu);
+    if (p.seqlens != nullptr) {
+      const int head = static_cast<int>(((seq[r] % kH) + kH) % kH);
+      update_vec_row<T, kW, kChLast, true>(sp[r], xp[r], w, bias, head, p.silu);
+    } else {
+      update_vec_row<T, kW, kChLast, false>(sp[r], xp[r], w, bias, 0, p.silu);
+    }
     T* st = static_cast<T*>(p.state) + row[r] * p.ss_s + (kChLast ? d0 : d0 * kH);
 #pragma unroll
     for (int a = 0; a < kH; ++a) sp[r][a].store_stream(kChLast ? st + a * p.ss_l : st + a * kC);
@@ -261,7 +273,7 @@ __global__ void __launch_bounds__(128) update_kernel(const Params p) {
 #pragma unroll
     for (int k = 0; k + 1 < kW - 1; ++k) win[k] = win[k + 1];
     win[kW - 2] = xv;
-    x[t * p.xs_l] = kernels::from_float<T>(p.silu ? mamba_common::silu(acc) : acc);
+    x[t * p.xs_l] = kernels::from_float<T>(p.silu ? mamba_common::silu_for<T>(acc) : acc);
   }
 }
 
