@@ -14,14 +14,16 @@
 // (batch row, channel), the W-1 window in registers, the state row shifted (or written circularly)
 // from the original values, then the L outputs.
 // Rows whose state index is pad_slot_id (or out of range) are untouched. x and state one dtype.
+// Both launch with PDL (kernels::pdl_for_grid): the launch overlaps the previous kernel.
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(3);
 
 #include <kernels/checks.h>
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
+#include <kernels/pdl.cuh>
 #include <kernels/tensor.h>
 #include <kernels/vec.cuh>
 
@@ -126,12 +128,13 @@ __device__ __forceinline__ void update_vec_row(Pk (&sp)[kW - 1], Pk& xp,
 
 // The vector path (see the header): kR batch rows per thread (rows blockIdx.y * kR + r).
 template <typename T, int kW, bool kChLast, int kR>
-__global__ void __launch_bounds__(kVecThreads) update_vec_kernel(const Params p) {
+__global__ void __launch_bounds__(kVecThreads) update_vec_kernel(bool pdl, const Params p) {
   constexpr int kC = kernels::kVectorBytes / static_cast<int>(sizeof(T));
   constexpr int kH = kW - 1;  // state columns (Ls == W-1 on this path)
   using Pk = kernels::Pack<T, kC>;
   const int64_t d0 = (static_cast<int64_t>(blockIdx.x) * kVecThreads + threadIdx.x) * kC;
   const int64_t b0 = static_cast<int64_t>(blockIdx.y) * kR;
+  if (pdl) kernels::pdl_wait();
   if (d0 >= p.dim) return;
   // 1. Everything but the state, at once: the rows' state indices first (the state loads wait on
   // them), the circular positions, x, then the taps and bias (L1/L2 resident).
@@ -194,6 +197,7 @@ __global__ void __launch_bounds__(kVecThreads) update_vec_kernel(const Params p)
     for (int a = 0; a < kH; ++a)
       if (live[r]) sp[r][a].load_stream(kChLast ? st + a * p.ss_l : st + a * kC);
   }
+  if (pdl) kernels::pdl_launch_dependents();
   // 3. Per row: the window shifted (or read circularly at cache_seqlens % Ls), fp32 products,
   // then the state packs and the outputs over x.
 #pragma unroll
@@ -213,9 +217,10 @@ __global__ void __launch_bounds__(kVecThreads) update_vec_kernel(const Params p)
 }
 
 template <typename T, int kW>
-__global__ void __launch_bounds__(128) update_kernel(const Params p) {
+__global__ void __launch_bounds__(128) update_kernel(bool pdl, const Params p) {
   const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t b = blockIdx.y;
+  if (pdl) kernels::pdl_wait();
   if (d >= p.dim) return;
   int64_t row = b;
   if (p.indices != nullptr) {
@@ -246,6 +251,7 @@ __global__ void __launch_bounds__(128) update_kernel(const Params p) {
 #pragma unroll
     for (int k = 0; k < kW - 1; ++k) win[k] = kernels::to_float(st[(ls - (kW - 1) + k) * p.ss_l]);
   }
+  if (pdl) kernels::pdl_launch_dependents();
   // 2. The state row, from the original state and x (reads run ahead of writes).
   if (p.seqlens != nullptr) {
     for (int64_t t = 0; t < len; ++t) {
@@ -361,6 +367,13 @@ inline void causal_conv1d_update(tvm::ffi::TensorView x, tvm::ffi::TensorView co
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(x);
   const kernels::Launch ctx(kOp, x);
+  // PDL (kernels::pdl_for_grid, on for these grids on sm_90): the launch and block scheduling
+  // overlap the previous kernel (decode steps are a few microseconds); pdl_wait comes first.
+  auto launch = [&](auto kernel, dim3 grid, unsigned block) {
+    const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device, grid.x * grid.y, block);
+    kernels::check_launch(kOp, kernels::LaunchConfig(grid, dim3(block), 0, ctx.stream, pdl)
+                                   .launch(kernel, pdl, p));
+  };
   // 4. Dispatch on dtype, width and path; launch (checked).
   KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
     constexpr int kC = kernels::kVectorBytes / static_cast<int>(sizeof(T));
@@ -387,7 +400,7 @@ inline void causal_conv1d_update(tvm::ffi::TensorView x, tvm::ffi::TensorView co
       const int64_t per = rows ? detail::kVecRows : 1;
       const dim3 grid(kernels::ceil_div(dim / kC, detail::kVecThreads),
                       kernels::ceil_div(batch, per));
-      auto go = [&](auto kernel) { kernel<<<grid, detail::kVecThreads, 0, ctx.stream>>>(p); };
+      auto go = [&](auto kernel) { launch(kernel, grid, detail::kVecThreads); };
       auto by_rows = [&](auto one, auto many) { rows ? go(many) : go(one); };
       constexpr int kRows = detail::kVecRows;
       const bool cf = st_cf;  // else the [S, W-1, D] state
@@ -415,10 +428,9 @@ inline void causal_conv1d_update(tvm::ffi::TensorView x, tvm::ffi::TensorView co
     }
     const dim3 grid(kernels::ceil_div(dim, 128), static_cast<unsigned>(batch));
     switch (width) {
-      case 2: detail::update_kernel<T, 2><<<grid, 128, 0, ctx.stream>>>(p); break;
-      case 3: detail::update_kernel<T, 3><<<grid, 128, 0, ctx.stream>>>(p); break;
-      default: detail::update_kernel<T, 4><<<grid, 128, 0, ctx.stream>>>(p); break;
+      case 2: launch(detail::update_kernel<T, 2>, grid, 128); break;
+      case 3: launch(detail::update_kernel<T, 3>, grid, 128); break;
+      default: launch(detail::update_kernel<T, 4>, grid, 128); break;
     }
   });
-  kernels::check_launch(kOp);
 }
