@@ -52,6 +52,13 @@ for dtype in (torch.bfloat16, torch.float32):
         causal_conv1d_update(xu, st, w, None, "silu", conv_state_indices=ui)
         sl = torch.tensor([5, 0, 9], dtype=torch.int32, device=dev)
         causal_conv1d_update(xu, st, w, None, "silu", cache_seqlens=sl, conv_state_indices=ui)
+    # The update vector path with several batch rows per thread (B = 258: a short last group).
+    xr = torch.randn(258, 4096, device=dev, dtype=dtype)
+    sr = torch.randn(260, 4096, 3, device=dev, dtype=dtype)
+    ri = torch.arange(258, dtype=torch.int32, device=dev).flip(0)
+    ri[::5] = -1
+    causal_conv1d_update(xr, sr, torch.randn(4096, 4, device=dev, dtype=dtype), None, "silu",
+                         conv_state_indices=ri)
     # B = 1 (64-thread CTAs, several tiles per head) and ds past one shared-memory slab.
     st1 = torch.randn(1, 80, 64, 128, device=dev, dtype=dtype)
     x1 = torch.randn(1, 80, 64, device=dev)

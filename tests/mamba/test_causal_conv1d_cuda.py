@@ -219,6 +219,44 @@ def test_update_decode_vector_path(
 
 
 @pytest.mark.parametrize(("device", "backend"), BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("circular", [False, True])
+@pytest.mark.parametrize("state_layout", ["rows", "channel_last"])
+def test_update_decode_many_rows(device, backend, dtype, circular, state_layout):
+    """A large decode batch (B = 258, D = 4096: several batch rows per thread on the vector path,
+    the last group of rows short): permuted state rows, pad_slot_id rows untouched, shifted or
+    circular."""
+    batch, dim, width, slots = 258, 4096, 4, 300
+    x = randn(batch, dim, dtype=dtype, device=device, seed=4)
+    if state_layout == "rows":
+        state = randn(slots, dim, width - 1, dtype=dtype, device=device, seed=1)
+    else:
+        state = randn(slots, width - 1, dim, dtype=dtype, device=device, seed=1).transpose(1, 2)
+    weight = randn(dim, width, dtype=dtype, device=device, seed=2)
+    bias = randn(dim, dtype=dtype, device=device, seed=3)
+    g = torch.Generator().manual_seed(5)
+    idx = torch.randperm(slots, generator=g)[:batch].to(torch.int32)
+    idx[::7] = -1
+    idx = idx.to(device)
+    seqlens = (
+        torch.randint(0, 50, (batch,), generator=g, dtype=torch.int32).to(device)
+        if circular
+        else None
+    )
+    got_s, ref_s = state.clone(), state.clone()
+    if state_layout == "channel_last":  # keep the layout through the clones
+        got_s = state.transpose(1, 2).clone().transpose(1, 2)
+        ref_s = state.transpose(1, 2).clone().transpose(1, 2)
+    got_x, ref_x = x.clone(), x.clone()
+    kw = {"cache_seqlens": seqlens, "conv_state_indices": idx}
+    causal_conv1d_update(got_x, got_s, weight, bias, "silu", backend=backend, **kw)
+    causal_conv1d_update(ref_x, ref_s, weight, bias, "silu", backend="torch", **kw)
+    assert_close(got_x, ref_x, name="x")
+    assert_close(got_s, ref_s, name="conv_state")
+    assert torch.equal(got_x[::7], x[::7])
+
+
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
 def test_update_strided_views_no_indices(device, backend):
     batch, dim, width = 3, 64, 4
     x = randn(batch, dim + 5, dtype=torch.bfloat16, device=device)[:, 2 : dim + 2]

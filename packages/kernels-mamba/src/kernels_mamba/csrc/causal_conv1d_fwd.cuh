@@ -248,17 +248,6 @@ __device__ __forceinline__ bool sequence_of(const Params& p, int64_t b, int64_t&
 constexpr int kCfWarps = 4;  // channels per CTA (one warp each)
 constexpr int kCfU = 8;      // 16-byte packs per lane per iteration (4 KB of bf16 per warp)
 
-// The activation: IEEE silu for fp32 data, the MUFU form for 16-bit data (its ~2 ulp in fp32 are
-// far below the final rounding): ~2 MUFU + 3 FP32 instructions instead of ~25.
-template <typename T>
-__device__ __forceinline__ float activate(float v) {
-  if constexpr (sizeof(T) == 2) {
-    return mamba_common::silu_fast(v);
-  } else {
-    return mamba_common::silu(v);
-  }
-}
-
 // The packs of one iteration of the channel-first kernel: pack k = base + u * 32 + lane covers
 // columns [k * kN - o, k * kN - o + kN) of the row; whole 16-byte vectors inside the row,
 // element-wise at the row's ends, zeros past `last`.
@@ -388,7 +377,7 @@ __global__ void __launch_bounds__(kCfWarps * 32, 4) fwd_cf_kernel(const Params p
       }
       if (p.silu) {
 #pragma unroll
-        for (int i = 0; i < kN; ++i) y[i] = activate<T>(y[i]);
+        for (int i = 0; i < kN; ++i) y[i] = mamba_common::silu_for<T>(y[i]);
       }
     };
 #pragma unroll
@@ -583,7 +572,7 @@ __global__ void __launch_bounds__(kClThreads, 1) fwd_cl_kernel(const Params p) {
       }
       if (p.silu) {
 #pragma unroll
-        for (int i = 0; i < kN; ++i) y[i] = activate<T>(y[i]);
+        for (int i = 0; i < kN; ++i) y[i] = mamba_common::silu_for<T>(y[i]);
       }
 #pragma unroll
       for (int k = 0; k + 1 < kH; ++k)

@@ -2,24 +2,28 @@
 // causal conv1d.
 //
 // Vector path (the decode shape: L = 1, Ls = W-1, x and the state rows 16-byte aligned with the
-// channels (x) and the state row contiguous): a thread per (batch row, pack of kC = 16 / sizeof(T)
-// channels). Its state is kC x (W-1) contiguous values (W-1 16-byte packs, [S, D, W-1] layout) or
-// W-1 packs of kC channels ([S, W-1, D] layout, the channel-last state), its x one pack, its taps
-// W packs (when weight is T and contiguous, else scalar loads); every load is issued at once, the
-// window is shifted (or read circularly at cache_seqlens % Ls) in registers, fp32 products, and
-// the state and x packs are written back. 64-thread CTAs, a grid of (D / kC / 64, B).
+// channels (x) and the state row contiguous): a thread per (kR batch rows, pack of kC = 16 /
+// sizeof(T) channels); kR = kVecRows once that still gives 2 CTAs per SM, else 1. A row's state
+// is kC x (W-1) contiguous values (W-1 16-byte packs, [S, D, W-1] layout) or W-1 packs of kC
+// channels ([S, W-1, D] layout, the channel-last state), its x one pack; the thread's taps are W
+// packs (when weight is T and contiguous, else scalar loads). The rows' indices, x, taps and bias
+// are issued first, then every state pack (the only loads that wait on the indices); the window
+// is shifted (or read circularly at cache_seqlens % Ls) in registers, fp32 products, and the
+// state and x packs are written back. 64-thread CTAs, a grid of (D / kC / 64, B / kR).
 // Generic path (anything else: L > 1, longer circular states, odd strides): a thread per
 // (batch row, channel), the W-1 window in registers, the state row shifted (or written circularly)
 // from the original values, then the L outputs.
 // Rows whose state index is pad_slot_id (or out of range) are untouched. x and state one dtype.
+// Both launch with PDL (kernels::pdl_for_grid): the launch overlaps the previous kernel.
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(3);
 
 #include <kernels/checks.h>
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
+#include <kernels/pdl.cuh>
 #include <kernels/tensor.h>
 #include <kernels/vec.cuh>
 
@@ -45,35 +49,111 @@ struct Params {
 };
 
 constexpr int kVecThreads = 64;
+constexpr int kVecRows = 4;  // batch rows per thread at large B
 
-// The vector path (see the header). kChLast: the state row is [W-1, D] (stride (1, ...) over
-// channels) rather than [D, W-1].
-template <typename T, int kW, bool kChLast>
-__global__ void __launch_bounds__(kVecThreads) update_vec_kernel(const Params p) {
+// One row of the vector path in registers: the state packs sp (kW-1 of them, updated to the new
+// state) and the x pack xp (replaced by the outputs), taps w and bias of the thread's channels.
+// kCirc: x goes to column head of a circular state (the window starts after it), else the state
+// shifts. kChLast: the state row is [W-1, D] (stride (1, ...) over channels) rather than [D, W-1].
+// The column selection is per row, not per channel: per channel only FSELs, FMAs and the
+// activation (silu_for: the MUFU form for 16-bit data).
+template <typename T, int kW, bool kChLast, bool kCirc, typename Pk>
+__device__ __forceinline__ void update_vec_row(Pk (&sp)[kW - 1], Pk& xp,
+                                               const float (&w)[Pk::size][kW],
+                                               const float (&bias)[Pk::size], int head,
+                                               bool silu) {
+  constexpr int kC = Pk::size;
+  constexpr int kH = kW - 1;
+  // The state as s[channel][column] (original values), x as xf[channel].
+  float s[kC][kH], xf[kC];
+#pragma unroll
+  for (int a = 0; a < kH; ++a) {
+    float f[kC];
+    sp[a].unpack(f);
+#pragma unroll
+    for (int i = 0; i < kC; ++i) {
+      if constexpr (kChLast) {
+        s[i][a] = f[i];
+      } else {
+        s[(a * kC + i) / kH][(a * kC + i) % kH] = f[i];
+      }
+    }
+  }
+  xp.unpack(xf);
+  // Circular: window slot k is column (head + k) % kH (sel[k][j]), x replaces column head.
+  bool sel[kH][kH];
+#pragma unroll
+  for (int k = 0; k < kH; ++k)
+#pragma unroll
+    for (int j = 0; j < kH; ++j) sel[k][j] = kCirc && (head + k) % kH == j;
+  // The window (oldest first) and the new state.
+  float y[kC], ns[kC][kH];
+#pragma unroll
+  for (int i = 0; i < kC; ++i) {
+    float win[kH];
+#pragma unroll
+    for (int k = 0; k < kH; ++k) {
+      if constexpr (kCirc) {
+        float v = s[i][0];
+#pragma unroll
+        for (int j = 1; j < kH; ++j) v = sel[k][j] ? s[i][j] : v;
+        win[k] = v;
+        ns[i][k] = k == head ? xf[i] : s[i][k];
+      } else {
+        win[k] = s[i][k];
+        ns[i][k] = k + 1 < kH ? s[i][k + 1] : xf[i];
+      }
+    }
+    float acc = bias[i] + w[i][kW - 1] * xf[i];
+#pragma unroll
+    for (int k = 0; k < kH; ++k) acc += w[i][k] * win[k];
+    y[i] = silu ? mamba_common::silu_for<T>(acc) : acc;
+  }
+  // The new state packs (exact: every value came from T), the outputs in the x pack.
+#pragma unroll
+  for (int a = 0; a < kH; ++a) {
+    float f[kC];
+#pragma unroll
+    for (int i = 0; i < kC; ++i) {
+      if constexpr (kChLast) {
+        f[i] = ns[i][a];
+      } else {
+        f[i] = ns[(a * kC + i) / kH][(a * kC + i) % kH];
+      }
+    }
+    sp[a].pack(f);
+  }
+  xp.pack(y);
+}
+
+// The vector path (see the header): kR batch rows per thread (rows blockIdx.y * kR + r).
+template <typename T, int kW, bool kChLast, int kR>
+__global__ void __launch_bounds__(kVecThreads) update_vec_kernel(bool pdl, const Params p) {
   constexpr int kC = kernels::kVectorBytes / static_cast<int>(sizeof(T));
   constexpr int kH = kW - 1;  // state columns (Ls == W-1 on this path)
   using Pk = kernels::Pack<T, kC>;
-  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * kVecThreads + threadIdx.x;
-  const int64_t b = blockIdx.y;
-  const int64_t d0 = chunk * kC;
+  const int64_t d0 = (static_cast<int64_t>(blockIdx.x) * kVecThreads + threadIdx.x) * kC;
+  const int64_t b0 = static_cast<int64_t>(blockIdx.y) * kR;
+  if (pdl) kernels::pdl_wait();
   if (d0 >= p.dim) return;
-  int64_t row = b;
-  if (p.indices != nullptr) {
-    row = mamba_common::load_index(p.indices, b, p.indices64);
-    if (row == p.pad_slot_id || row < 0 || row >= p.slots) return;
-  }
-  T* x = static_cast<T*>(p.x) + b * p.xs_b + d0;
-  T* st = static_cast<T*>(p.state) + row * p.ss_s + (kChLast ? d0 : d0 * kH);
-  // Every load at once: the state packs, x, then the taps and bias (L1/L2 resident).
-  Pk sp[kH], xp;
+  // 1. Everything but the state, at once: the rows' state indices first (the state loads wait on
+  // them), the circular positions, x, then the taps and bias (L1/L2 resident).
+  int64_t row[kR], seq[kR];
+  bool live[kR];
 #pragma unroll
-  for (int a = 0; a < kH; ++a) sp[a].load_stream(kChLast ? st + a * p.ss_l : st + a * kC);
-  xp.load_stream(x);
-  int64_t head = 0;
-  if (p.seqlens != nullptr) {
-    const int64_t s = mamba_common::load_index(p.seqlens, b, p.seqlens64);
-    head = ((s % kH) + kH) % kH;
+  for (int r = 0; r < kR; ++r) {
+    live[r] = b0 + r < p.batch;
+    row[r] = b0 + r;
+    seq[r] = 0;
+    if (live[r] && p.indices != nullptr)
+      row[r] = mamba_common::load_index(p.indices, b0 + r, p.indices64);
+    if (live[r] && p.seqlens != nullptr)
+      seq[r] = mamba_common::load_index(p.seqlens, b0 + r, p.seqlens64);
   }
+  Pk xp[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+    if (live[r]) xp[r].load_stream(static_cast<const T*>(p.x) + (b0 + r) * p.xs_b + d0);
   float w[kC][kW], bias[kC];
   if (p.weight_vec) {
     const T* wp = static_cast<const T*>(p.weight) + d0 * kW;
@@ -105,68 +185,42 @@ __global__ void __launch_bounds__(kVecThreads) update_vec_kernel(const Params p)
     for (int i = 0; i < kC; ++i)
       bias[i] = mamba_common::load_any(p.bias, (d0 + i) * p.bs_d, p.bcode);
   }
-  // The state as s[channel][column] (original values), x as xf[channel].
-  float s[kC][kH], xf[kC];
+  // 2. The state packs of the rows that have a state row (pad_slot_id or an index out of range:
+  // the row is untouched, x included).
+  Pk sp[kR][kH];
 #pragma unroll
-  for (int a = 0; a < kH; ++a) {
-    float f[kC];
-    sp[a].unpack(f);
+  for (int r = 0; r < kR; ++r) {
+    if (p.indices != nullptr)
+      live[r] = live[r] && row[r] != p.pad_slot_id && row[r] >= 0 && row[r] < p.slots;
+    const T* st = static_cast<const T*>(p.state) + row[r] * p.ss_s + (kChLast ? d0 : d0 * kH);
 #pragma unroll
-    for (int i = 0; i < kC; ++i) {
-      if constexpr (kChLast) {
-        s[i][a] = f[i];
-      } else {
-        s[(a * kC + i) / kH][(a * kC + i) % kH] = f[i];
-      }
-    }
+    for (int a = 0; a < kH; ++a)
+      if (live[r]) sp[r][a].load_stream(kChLast ? st + a * p.ss_l : st + a * kC);
   }
-  xp.unpack(xf);
-  // The window (oldest first) and the new state: shifted, or x written at the circular head.
-  float y[kC], ns[kC][kH];
+  if (pdl) kernels::pdl_launch_dependents();
+  // 3. Per row: the window shifted (or read circularly at cache_seqlens % Ls), fp32 products,
+  // then the state packs and the outputs over x.
 #pragma unroll
-  for (int i = 0; i < kC; ++i) {
-    float win[kH];
-#pragma unroll
-    for (int k = 0; k < kH; ++k) {
-      if (p.seqlens == nullptr) {
-        win[k] = s[i][k];
-        ns[i][k] = k + 1 < kH ? s[i][k + 1] : xf[i];
-      } else {
-        float v = s[i][0];
-#pragma unroll
-        for (int j = 1; j < kH; ++j) v = (head + k) % kH == j ? s[i][j] : v;
-        win[k] = v;
-        ns[i][k] = k == head ? xf[i] : s[i][k];
-      }
+  for (int r = 0; r < kR; ++r) {
+    if (!live[r]) continue;
+    if (p.seqlens != nullptr) {
+      const int head = static_cast<int>(((seq[r] % kH) + kH) % kH);
+      update_vec_row<T, kW, kChLast, true>(sp[r], xp[r], w, bias, head, p.silu);
+    } else {
+      update_vec_row<T, kW, kChLast, false>(sp[r], xp[r], w, bias, 0, p.silu);
     }
-    float acc = bias[i] + w[i][kW - 1] * xf[i];
+    T* st = static_cast<T*>(p.state) + row[r] * p.ss_s + (kChLast ? d0 : d0 * kH);
 #pragma unroll
-    for (int k = 0; k < kH; ++k) acc += w[i][k] * win[k];
-    y[i] = p.silu ? mamba_common::silu(acc) : acc;
+    for (int a = 0; a < kH; ++a) sp[r][a].store_stream(kChLast ? st + a * p.ss_l : st + a * kC);
+    xp[r].store_stream(static_cast<T*>(p.x) + (b0 + r) * p.xs_b + d0);
   }
-  // Write back: the state packs (exact: every value came from T), then the output over x.
-#pragma unroll
-  for (int a = 0; a < kH; ++a) {
-    float f[kC];
-#pragma unroll
-    for (int i = 0; i < kC; ++i) {
-      if constexpr (kChLast) {
-        f[i] = ns[i][a];
-      } else {
-        f[i] = ns[(a * kC + i) / kH][(a * kC + i) % kH];
-      }
-    }
-    sp[a].pack(f);
-    sp[a].store_stream(kChLast ? st + a * p.ss_l : st + a * kC);
-  }
-  xp.pack(y);
-  xp.store_stream(x);
 }
 
 template <typename T, int kW>
-__global__ void __launch_bounds__(128) update_kernel(const Params p) {
+__global__ void __launch_bounds__(128) update_kernel(bool pdl, const Params p) {
   const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t b = blockIdx.y;
+  if (pdl) kernels::pdl_wait();
   if (d >= p.dim) return;
   int64_t row = b;
   if (p.indices != nullptr) {
@@ -197,6 +251,7 @@ __global__ void __launch_bounds__(128) update_kernel(const Params p) {
 #pragma unroll
     for (int k = 0; k < kW - 1; ++k) win[k] = kernels::to_float(st[(ls - (kW - 1) + k) * p.ss_l]);
   }
+  if (pdl) kernels::pdl_launch_dependents();
   // 2. The state row, from the original state and x (reads run ahead of writes).
   if (p.seqlens != nullptr) {
     for (int64_t t = 0; t < len; ++t) {
@@ -224,7 +279,7 @@ __global__ void __launch_bounds__(128) update_kernel(const Params p) {
 #pragma unroll
     for (int k = 0; k + 1 < kW - 1; ++k) win[k] = win[k + 1];
     win[kW - 2] = xv;
-    x[t * p.xs_l] = kernels::from_float<T>(p.silu ? mamba_common::silu(acc) : acc);
+    x[t * p.xs_l] = kernels::from_float<T>(p.silu ? mamba_common::silu_for<T>(acc) : acc);
   }
 }
 
@@ -312,6 +367,13 @@ inline void causal_conv1d_update(tvm::ffi::TensorView x, tvm::ffi::TensorView co
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(x);
   const kernels::Launch ctx(kOp, x);
+  // PDL (kernels::pdl_for_grid, on for these grids on sm_90): the launch and block scheduling
+  // overlap the previous kernel (decode steps are a few microseconds); pdl_wait comes first.
+  auto launch = [&](auto kernel, dim3 grid, unsigned block) {
+    const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device, grid.x * grid.y, block);
+    kernels::check_launch(kOp, kernels::LaunchConfig(grid, dim3(block), 0, ctx.stream, pdl)
+                                   .launch(kernel, pdl, p));
+  };
   // 4. Dispatch on dtype, width and path; launch (checked).
   KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
     constexpr int kC = kernels::kVectorBytes / static_cast<int>(sizeof(T));
@@ -329,29 +391,46 @@ inline void causal_conv1d_update(tvm::ffi::TensorView x, tvm::ffi::TensorView co
       p.bias_vec = bias.has_value() &&
                    kernels::is_dtype(bias.value().dtype(), x.dtype().code, x.dtype().bits) &&
                    (p.bs_d == 1 || dim == 1) && kernels::is_aligned(p.bias);
+      // kVecRows rows per thread once that still gives >= 2 CTAs per SM: the taps and bias are
+      // read once per kVecRows rows and the grid fits in one wave (one row per thread at
+      // B = 256, D = 4096: 2048 CTAs, 1.3 waves of 12 CTAs per SM); else a row per thread.
+      const int64_t threads = batch * (dim / kC);
+      const bool rows = threads >= int64_t{detail::kVecRows} * 2 * detail::kVecThreads *
+                                       kernels::sm_count(ctx.device);
+      const int64_t per = rows ? detail::kVecRows : 1;
       const dim3 grid(kernels::ceil_div(dim / kC, detail::kVecThreads),
-                      static_cast<unsigned>(batch));
-      auto go = [&](auto kernel) { kernel<<<grid, detail::kVecThreads, 0, ctx.stream>>>(p); };
+                      kernels::ceil_div(batch, per));
+      auto go = [&](auto kernel) { launch(kernel, grid, detail::kVecThreads); };
+      auto by_rows = [&](auto one, auto many) { rows ? go(many) : go(one); };
+      constexpr int kRows = detail::kVecRows;
       const bool cf = st_cf;  // else the [S, W-1, D] state
       switch (width) {
         case 2:
-          cf ? go(detail::update_vec_kernel<T, 2, false>) : go(detail::update_vec_kernel<T, 2, true>);
+          cf ? by_rows(detail::update_vec_kernel<T, 2, false, 1>,
+                       detail::update_vec_kernel<T, 2, false, kRows>)
+             : by_rows(detail::update_vec_kernel<T, 2, true, 1>,
+                       detail::update_vec_kernel<T, 2, true, kRows>);
           break;
         case 3:
-          cf ? go(detail::update_vec_kernel<T, 3, false>) : go(detail::update_vec_kernel<T, 3, true>);
+          cf ? by_rows(detail::update_vec_kernel<T, 3, false, 1>,
+                       detail::update_vec_kernel<T, 3, false, kRows>)
+             : by_rows(detail::update_vec_kernel<T, 3, true, 1>,
+                       detail::update_vec_kernel<T, 3, true, kRows>);
           break;
         default:
-          cf ? go(detail::update_vec_kernel<T, 4, false>) : go(detail::update_vec_kernel<T, 4, true>);
+          cf ? by_rows(detail::update_vec_kernel<T, 4, false, 1>,
+                       detail::update_vec_kernel<T, 4, false, kRows>)
+             : by_rows(detail::update_vec_kernel<T, 4, true, 1>,
+                       detail::update_vec_kernel<T, 4, true, kRows>);
           break;
       }
       return;
     }
     const dim3 grid(kernels::ceil_div(dim, 128), static_cast<unsigned>(batch));
     switch (width) {
-      case 2: detail::update_kernel<T, 2><<<grid, 128, 0, ctx.stream>>>(p); break;
-      case 3: detail::update_kernel<T, 3><<<grid, 128, 0, ctx.stream>>>(p); break;
-      default: detail::update_kernel<T, 4><<<grid, 128, 0, ctx.stream>>>(p); break;
+      case 2: launch(detail::update_kernel<T, 2>, grid, 128); break;
+      case 3: launch(detail::update_kernel<T, 3>, grid, 128); break;
+      default: launch(detail::update_kernel<T, 4>, grid, 128); break;
     }
   });
-  kernels::check_launch(kOp);
 }

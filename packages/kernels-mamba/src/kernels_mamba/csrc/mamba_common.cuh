@@ -65,6 +65,17 @@ __device__ __forceinline__ float silu_fast(float v) {
   return __fdividef(v, 1.0f + ex2_ftz(v * -1.4426950408889634f));
 }
 
+// The activation of data of type T: IEEE silu for fp32 data, the MUFU form for 16-bit data (its
+// ~2 ulp in fp32 are far below the final rounding): ~2 MUFU + 3 FP32 instructions instead of ~25.
+template <typename T>
+__device__ __forceinline__ float silu_for(float v) {
+  if constexpr (sizeof(T) == 2) {
+    return silu_fast(v);
+  } else {
+    return silu(v);
+  }
+}
+
 // A float of a runtime dtype, split in a load and a conversion: two 16-bit loads (the halves of
 // an fp32, or one 16-bit value twice) with no branch between the load and its use, so a batch of
 // these issues back to back (one memory round trip) instead of one round trip per load_any.
