@@ -170,9 +170,11 @@ def test_cuda_edge_values(device, n):
     _run_both(x)
 
 
-# The cooperative launch: one 256-vector chunk per CTA (16 and 128 tokens of 7168), one chunk of
-# 1024 per CTA (1000 tokens), several per CTA below the L2 and above it (~117 MB of bf16), chunk
-# counts that are no multiple of the grid, flat tails, fp32 (4-byte codes: a smaller scratch).
+# Either side of the cooperative launch's limit (one 256-vector chunk per CTA, at most
+# min(chunk 0's q bytes / 4 - 1, resident CTAs) of them: bf16 511, ~1M elements, fp32 255 on the
+# H200): 16 and 128 tokens of 7168 take it (fp32: 16 only); the larger shapes the memset + two
+# kernels, below the L2 and above it (~117 MB of bf16), with flat tails and chunk counts that are
+# no multiple of the grid; fp32 has 4-byte codes (a smaller scratch).
 COOPERATIVE_SHAPES = (
     (16, 7168),
     (128, 7168),
@@ -181,6 +183,36 @@ COOPERATIVE_SHAPES = (
     (8191, 7177),
     (32768, 4096),
 )
+
+
+def _cuda_kernels(fn) -> str:
+    """The names of the kernels run while fn runs (torch.profiler), space-separated."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return " ".join(event.key for event in prof.key_averages())
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
+@pytest.mark.parametrize("above", (False, True), ids=("largest_cooperative", "two_kernels"))
+def test_cuda_cooperative_limit(device, dtype, above):
+    """The largest x that one cooperative launch covers (G chunks of 256 vectors, a flat tail
+    holding the maximum) runs that kernel alone; one vector more runs the absmax sweep and the
+    quantize pass instead. G as the launch computes it: 6 CTAs per SM (__launch_bounds__)."""
+    vec = 16 // dtype.itemsize
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    ctas = min(256 * vec // 4 - 1, 6 * sms)
+    n = ctas * 256 * vec + (vec if above else vec - 1)
+    x = randn(n, dtype=dtype, device=device, seed=n, scale=3.0)
+    x[-1] = -5000.0
+    names = _cuda_kernels(lambda: _run_both(x))
+    if above:
+        assert "absmax_kernel" in names and "quantize_kernel" in names, names
+        assert "cooperative_kernel" not in names, names
+    else:
+        assert "cooperative_kernel" in names, names
+        assert "absmax_kernel" not in names and "quantize_kernel" not in names, names
 
 
 @pytest.mark.parametrize("device", (GPU,))
@@ -193,11 +225,11 @@ def test_cuda_cooperative_matches_reference(device, dtype, shape):
 
 
 @pytest.mark.parametrize("device", (GPU,))
-@pytest.mark.parametrize("n", (131073, 9_000_001))  # fp32: one chunk per CTA; ~3 per CTA
+@pytest.mark.parametrize("n", (131073, 9_000_001))  # fp32: cooperative (128 CTAs); two kernels
 @pytest.mark.parametrize("where", (0, 5, -1))  # chunk 0 (q's scratch words), early, the tail
 def test_cuda_cooperative_absmax_anywhere(device, n, where):
-    """The maximum (a large value, then a NaN) in chunk 0, whose q holds the CTAs' candidates
-    until every CTA has read them, elsewhere, or in the flat tail."""
+    """The maximum (a large value, then a NaN) in chunk 0, whose q holds the cooperative CTAs'
+    candidates until every CTA has read them, elsewhere, or in the flat tail."""
     x = randn(n, device=device, seed=4)
     x[where] = -5000.0
     _run_both(x)

@@ -8,28 +8,25 @@
 //   - small dynamic inputs (<= 512 x 8 vectors: 32768 bf16): one block does everything: the
 //     tensor in registers, a block max, the scale, the quantized packs (one launch);
 //   - larger dynamic inputs, flat vectors, up to one chunk of 256 vectors per resident CTA
-//     (about 1M bf16 on the H200: 511 CTAs): one cooperative launch (every CTA resident, or the
-//     launch fails and the two-kernel path below runs). CTA b owns chunks b, b + G, b + 2G, ...
-//     (a chunk: 256 threads x kU vectors; kU = 1 as launched; the loop over several chunks is
-//     kept general):
-//       1. it sweeps them forward, folding |x| into its candidate scale max(absmax_b, eps) / 448,
-//          which it writes (as bits) to word b of q, used as scratch: q[0, 4G) (word G, zeroed
-//          by CTA 0 before the barrier, counts the CTAs that have read the candidates);
+//     (about 1M bf16 on the H200: 511 CTAs): one cooperative launch of one CTA per chunk (every
+//     CTA resident, or the launch fails and the two-kernel path below runs); CTA b, one vector
+//     per thread:
+//       1. loads chunk b, folding |x| into its candidate scale max(absmax_b, eps) / 448, which it
+//          writes (as bits) to word b of q, used as scratch: q[0, 4G) (word G, zeroed by CTA 0
+//          before the barrier, counts the CTAs that have read the candidates);
 //       2. grid barrier (cooperative groups); every CTA takes the maximum of the G candidates
 //          (the division by 448 is monotone, so that is the scale; NaN bits sort above all
 //          others and propagate), then bumps the count;
-//       3. it quantizes its chunks backward: the first is still in its registers, the next ones
-//          are what its sweep read last, still in L2 (the sweep reads all but its last ~half an
-//          L2 of chunks evict-first, so those are what L2 keeps). Chunk 0, which holds the
-//          scratch words, is CTA 0's last; it waits for the count to reach G before storing.
-//     One launch instead of memset + two kernels: no boundary between the passes, and the
-//     L2-resident end of x is re-read right after the barrier. G <= (chunk's q bytes) / 4 - 1.
-//   - other dynamic inputs (row mode, scalars, a refused cooperative launch): the scale word is
-//     zeroed (cudaMemsetAsync on the caller's stream), a persistent grid (2048 threads per SM,
-//     4 vectors per thread in flight) sweeps x front to back and atomicMax-es each block's
-//     candidate scale as bits into s; then the quantize pass (256 threads x 4 vectors per
-//     block) runs its blocks in reverse order, so the first blocks re-read the end of x, which
-//     the sweep left in L2;
+//       3. it quantizes its chunk, still in its registers. Chunk 0 holds the scratch words: CTA
+//          0 waits for the count to reach G before storing it.
+//     One launch and one read of x instead of memset + two kernels, where the launches are most
+//     of the time. G <= (chunk's q bytes) / 4 - 1.
+//   - other dynamic inputs (row mode, scalars, flat vectors past that limit, a refused
+//     cooperative launch): the scale word is zeroed (cudaMemsetAsync on the caller's stream), a
+//     persistent grid (2048 threads per SM, 4 vectors per thread in flight) sweeps x front to
+//     back and atomicMax-es each block's candidate scale as bits into s; then the quantize pass
+//     (256 threads x 4 vectors per block) runs its blocks in reverse order, so the first blocks
+//     re-read the end of x, which the sweep left in L2;
 //   - static: the quantize pass alone, one read of x and one write of q.
 #pragma once
 
@@ -223,39 +220,29 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
   return v;
 }
 
-// Dynamic, flat vectors, one cooperative launch (the header's steps 1-3). q's words [0, G] are
-// scratch until CTA 0 stores chunk 0, its last. Chunks below keep_from are swept evict-first.
-template <typename T, int kN, int kU>
+// Dynamic, flat vectors, one cooperative launch (the header's steps 1-3): CTA b quantizes chunk
+// b. q's words [0, G] are scratch until CTA 0 stores chunk 0.
+template <typename T, int kN>
 __global__ void __launch_bounds__(kBlock, 6)
-    cooperative_kernel(const __grid_constant__ View v, float* s_out, int64_t keep_from) {
+    cooperative_kernel(const __grid_constant__ View v, float* s_out) {
   using P = kernels::Pack<T, kN>;
   __shared__ uint32_t shared_own[32], shared_all[32];
   const T* x = static_cast<const T*>(v.x);
   uint32_t* scratch = reinterpret_cast<uint32_t*>(v.q);
-  constexpr int64_t kChunk = int64_t{kBlock} * kU;
   const int64_t grid = gridDim.x;
-  const int64_t chunks = (v.items + kChunk - 1) / kChunk;
-  const int iterations = static_cast<int>((chunks - blockIdx.x + grid - 1) / grid);  // >= 1
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;  // its vector
+  const bool active = i < v.items;
   if (blockIdx.x == 0 && threadIdx.x == 0) scratch[grid] = 0u;  // the count, before the barrier
-  // 1. The sweep: chunks blockIdx.x + it * G, forward; the last one stays in p.
-  P p[kU];
-  uint32_t m = 0;
-  for (int it = 0; it < iterations; ++it) {
-    const int64_t chunk = blockIdx.x + it * grid;
-    const int64_t first = chunk * kChunk + threadIdx.x;  // this thread's first item
-    const int64_t left = v.items - first;
-    const T* xp = x + first * kN;
-    const bool stream = chunk < keep_from;
-    m = quant::load_absmax(p, m, [&](int u, P& pack) {
-      if (u * kBlock >= left) return false;
-      if (stream) {
-        pack.load_stream(xp + u * kBlock * kN);
-      } else {
-        pack.load(xp + u * kBlock * kN);
-      }
-      return true;
-    });
+  // 1. The chunk's candidate scale.
+  P p;
+  if (active) {
+    p.load(x + i * kN);
+  } else {
+    p.zero();
   }
+  float f[kN];
+  p.unpack(f);
+  uint32_t m = quant::absmax_bits(f, 0u);
   const bool has_tail = blockIdx.x == 0 && static_cast<int>(threadIdx.x) < v.tail;
   const float t = has_tail ? tail_value<T, kN>(v) : 0.0f;
   m = quant::block_max(max(m, quant::abs_bits(t)), shared_own);
@@ -272,66 +259,34 @@ __global__ void __launch_bounds__(kBlock, 6)
     __threadfence();
     atomicAdd(scratch + grid, 1u);
   }
-  // 3. Quantize the chunks backward: the newest first (in p, then in L2).
-  const quant::Div div(s);
-  for (int it = iterations - 1; it >= 0; --it) {
-    const int64_t base = (blockIdx.x + it * grid) * kChunk;
-    const int64_t left = v.items - base - threadIdx.x;
-    if (it != iterations - 1) {
-      const T* xp = x + (base + threadIdx.x) * kN;
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        if (u * kBlock < left) p[u].load_stream(xp + u * kBlock * kN);
-      }
+  // 3. Quantize the chunk from the registers.
+  if (blockIdx.x == 0) {  // chunk 0 holds the scratch: wait until every CTA has read it
+    if (threadIdx.x == 0) {
+      while (load_acquire(scratch + grid) < static_cast<uint32_t>(grid)) __nanosleep(64);
     }
-    if (base == 0) {  // chunk 0 (CTA 0's last) holds the scratch: wait until every CTA read it
-      if (threadIdx.x == 0) {
-        while (load_acquire(scratch + grid) < static_cast<uint32_t>(grid)) __nanosleep(64);
-      }
-      __syncthreads();
-    }
-    uint8_t* qp = v.q + (base + threadIdx.x) * kN;
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      if (u * kBlock < left) {
-        float f[kN];
-        p[u].unpack(f);
-        quant::Q8<kN> out;
-        out.template quantize_bounded<false>(f, div);  // s bounds every |x|: finite quotients
-        out.store_stream(qp + u * kBlock * kN);
-      }
-    }
+    __syncthreads();
+  }
+  if (active) {
+    quant::Q8<kN> out;
+    out.template quantize_bounded<false>(f, quant::Div(s));  // s bounds every |x|: finite
+    out.store_stream(v.q + i * kN);
   }
   if (has_tail) store_tail<T, kN>(v, t, s);
 }
 
-// The L2 size in bytes (cudaDevAttrL2CacheSize), cached per device.
-inline int64_t l2_bytes(int device) {
-  static int cached[64] = {0};
-  if (device >= 0 && device < 64 && cached[device]) return cached[device];
-  int bytes = 0;
-  cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device);
-  if (device >= 0 && device < 64) cached[device] = bytes;
-  return bytes;
-}
-
-// The cooperative launch with kU vectors per thread and chunk; false where the device refuses it
-// (no cooperative launch, or fewer CTAs resident than the occupancy said: a shared GPU).
-template <typename T, int kN, int kU>
+// The cooperative launch, one CTA per chunk of kBlock vectors; false where x has more chunks
+// than CTAs fit at once (or than chunk 0's q bytes hold scratch words for: G candidates and the
+// count), or where the device refuses the launch (no cooperative launch, or fewer CTAs resident
+// than the occupancy said: a shared GPU).
+template <typename T, int kN>
 inline bool launch_cooperative(const kernels::Launch& ctx, const View& v, float* s) {
-  constexpr auto kernel = cooperative_kernel<T, kN, kU>;
-  constexpr int64_t kChunk = int64_t{kBlock} * kU;
-  const int64_t chunks = (v.items + kChunk - 1) / kChunk;
-  // G candidate words and the count within chunk 0's q bytes (kChunk * kN <= items * kN).
-  const int64_t scratch_words = kChunk * kN / 4 - 1;
-  const unsigned grid =
-      kernels::resident_grid<kernel>(ctx.device, std::min(chunks, scratch_words), kBlock);
-  // The chunks read last, which the quantize pass reads first: ~5/8 of the L2 (predicted to
-  // survive the pass's own evict-first reads and writes until they are read), plain loads.
-  const int64_t keep_chunks = l2_bytes(ctx.device) * 5 / 8 / (kChunk * kernels::kVectorBytes);
-  const int64_t keep_from = std::max<int64_t>(0, chunks - keep_chunks);
-  kernels::LaunchConfig config(dim3(grid), dim3(kBlock), 0, ctx.stream, false, 0, true);
-  const cudaError_t status = config.launch(kernel, v, s, keep_from);
+  constexpr auto kernel = cooperative_kernel<T, kN>;
+  constexpr int64_t kScratchWords = int64_t{kBlock} * kN / 4 - 1;
+  const int64_t chunks = (v.items + kBlock - 1) / kBlock;
+  if (chunks > kernels::resident_grid<kernel>(ctx.device, kScratchWords, kBlock)) return false;
+  kernels::LaunchConfig config(dim3(static_cast<unsigned>(chunks)), dim3(kBlock), 0, ctx.stream,
+                               false, 0, true);
+  const cudaError_t status = config.launch(kernel, v, s);
   if (status == cudaErrorCooperativeLaunchTooLarge) {
     cudaGetLastError();
     return false;
@@ -376,16 +331,13 @@ inline void launch_all(const kernels::Launch& ctx, const View& v, float* s, bool
   }
   if (v.items <= int64_t{kFusedBlock} * kFusedMaxVPT) return launch_fused<T, kN>(ctx, v, s);
   if constexpr (kN > 1) {
-    if (v.flat && kernels::cooperative_supported(ctx.device)) {
-      // Only while one chunk of one vector per thread and CTA covers x, where the launches are
-      // most of the time (H200, 2026-12-04: [16, 7168] 6.10 -> 4.45 us, [128, 7168] 7.86 ->
-      // 6.41). Above it the persistent sweep of 4 vectors per thread lost to the two kernels
-      // (32768 x 4096: 176.0 vs 166.7 us; 8192 x 7168: 77.7 vs 78.8).
-      constexpr auto kOne = cooperative_kernel<T, kN, 1>;
-      const int64_t one_chunk_ctas =
-          kernels::resident_grid<kOne>(ctx.device, kBlock * kN / 4 - 1, kBlock);
-      if (v.items <= one_chunk_ctas * kBlock && launch_cooperative<T, kN, 1>(ctx, v, s)) return;
-    }
+    // Only while one chunk per CTA covers x, where the launches are most of the time (H200,
+    // 2026-12-04: [16, 7168] 6.10 -> 4.45 us, [128, 7168] 7.86 -> 6.41). Above it a persistent
+    // cooperative sweep of 4 vectors per thread lost to the two kernels (32768 x 4096: 176.0
+    // vs 166.7 us; 8192 x 7168: 77.7 vs 78.8).
+    if (v.flat && kernels::cooperative_supported(ctx.device) &&
+        launch_cooperative<T, kN>(ctx, v, s))
+      return;
   }
   kernels::check_launch(ctx.op, cudaMemsetAsync(s, 0, sizeof(float), ctx.stream));
   const int64_t resident = int64_t{kernels::sm_count(ctx.device)} * (2048 / kBlock);

@@ -19,7 +19,8 @@ PER_TENSOR_QUANT_FP8_CUDA = ModuleSpec(
     package="kernels_quantization",
     sources=("csrc/per_tensor_quant_fp8.cuh",),
     exports=(("per_tensor_quant_fp8", "per_tensor_quant_fp8"),),
-    description="CUDA: one fused block (small); else one cooperative sweep + backward quantize",
+    description="CUDA: one fused block (small); one cooperative launch (one chunk per CTA); else "
+    "an absmax sweep + a reversed quantize pass",
 )
 
 _per_tensor_quant_fp8_cuda = CompiledFunction(PER_TENSOR_QUANT_FP8_CUDA, "per_tensor_quant_fp8")
