@@ -119,6 +119,34 @@ __device__ __forceinline__ void load_row_slots(float (&out)[kPer], const void* p
                     (experts - lane + 31) / 32);
 }
 
+// nvcc's IEEE division and reciprocal (x / d, 1.0f / d) are MUFU.RCP, a Newton step and, for
+// x / d, a Markstein correction, each behind a range check that branches to a slow subroutine.
+// Per element those branches serialise the chains (each waits on its MUFU before the next
+// element issues). The helpers below are that fast path without the check, bit-identical to
+// x / d and 1.0f / d where the caller guarantees the range named, so callers test the range
+// once per lane and redo the rare lane with the plain division.
+__device__ __forceinline__ float rcp_approx(float d) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  return r;
+}
+// 1.0f / d for d in [1, 2^126).
+__device__ __forceinline__ float rcp_rn_fast(float d) {
+  const float r = rcp_approx(d);
+  return __fmaf_rn(r, -__fmaf_rn(d, r, -1.0f), r);
+}
+// The reciprocal that div_rn_fast refines per quotient, one per divisor.
+__device__ __forceinline__ float div_rcp(float d) {
+  const float r = rcp_approx(d);
+  return __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
+}
+// x / d, r = div_rcp(d), for d in [1, 2^11] and x = 0 or x in [2^-96, 2^64] (the quotient,
+// the remainder and every intermediate stay normal, where the Markstein step rounds exactly).
+__device__ __forceinline__ float div_rn_fast(float x, float d, float r) {
+  const float q = __fmaf_rn(x, r, 0.0f);
+  return __fmaf_rn(r, __fmaf_rn(-d, q, x), q);
+}
+
 // The warp's largest float, in every lane: one redux.sync over order-preserving bits (sm_80+).
 // A positive-signed NaN wins (fmaxf would skip it); callers whose NaN input makes every result
 // NaN anyway (softmax) do not mind.

@@ -14,6 +14,11 @@
 // of 64-bit keys plus two reductions to the two reductions plus a few selects: 2.93 -> 2.14 us
 // at T = 1, 15.17 -> 10.66 at T = 8192 (issue-bound there). float4 loads of fp32 rows (lane l
 // holding experts 128 q + 4 l + j) measured no gain (2.10 / 10.88 us) and were taken out.
+// The probabilities then still cost 8 IEEE divisions, each behind its own range-check branch
+// (its MUFU.RCP and Markstein step serialised slot after slot), and a branch per slot for
+// slots past E; now one reciprocal, the same fast path without the checks (bit-identical in
+// the range every row but a 66-logit-wide one stays in) and masked keys: 34 -> 31 registers,
+// 16 blocks per SM, so T = 8192's 2048 blocks fit one wave (12 per SM before). Untimed.
 #pragma once
 
 #include <kernels/version.h>
@@ -91,11 +96,26 @@ __global__ void __launch_bounds__(kThreads) topk_softmax_kernel(bool pdl, Params
   // row's weights are all NaN and its keys all rank as +inf (torch's descending sort puts NaN
   // first): ids 0, 1, ... as the reference.
   const bool nan_row = isnan(total);
+  // p = v / total without a division's range-check branch per slot: total is in [1, E] (the
+  // peak's term is 1) and v in [0, 1], so the fast path is exact unless some v is in
+  // (0, 2^-96) (a logit over 66 below the row's peak): that rare lane divides plainly.
+  bool tiny = false;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) tiny |= v[i] > 0.0f && v[i] < 0x1p-96f;
+  if (!tiny) {
+    const float r = moe_common::div_rcp(total);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) v[i] = moe_common::div_rn_fast(v[i], total, r);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) v[i] = v[i] / total;
+  }
   unsigned long long key[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    const int e = i * 32 + lane;
-    key[i] = e < p.experts ? moe_common::score_key(nan_row ? INFINITY : v[i] / total, e) : 0ull;
+    // A mask, not a select: nvcc turns the select into a branch per slot.
+    key[i] = moe_common::score_key(nan_row ? INFINITY : v[i], i * 32 + lane) &
+             (0ull - static_cast<unsigned long long>(i * 32 + lane < p.experts));
   }
   int expert;
   float weight, sum;
