@@ -22,7 +22,10 @@
 // 19.41 with the bias beside the logits and sorted-head rounds; 2.84 / 16.74 with the groups
 // scored without branches between them and ranked in registers (before: 8 serial groups of
 // redux -> ballot -> find-first -> redux plus an 8-step shuffle loop). What is left at T = 1 is
-// mostly the 8 sigmoid divisions (exact, as torch) and the 8 selection rounds.
+// mostly the 8 sigmoid divisions (exact, as torch) and the 8 selection rounds. The divisions
+// then ran one after another (a range-check branch each, waiting on its MUFU); now they are
+// nvcc's fast path without the checks, bit-identical for logits > -87.3, one check per lane
+// (a lane holding a lower logit or NaN divides plainly). Untimed.
 #pragma once
 
 #include <kernels/version.h>
@@ -91,9 +94,24 @@ __global__ void __launch_bounds__(kThreads) gate_topk_renorm_kernel(bool pdl, Pa
   // slot behind each branch); sb holds the bias until the sum.
   if (p.bias) moe_common::load_row_slots<kPer>(sb, p.bias, p.bias_code, lane, p.experts);
   if (pdl) kernels::pdl_launch_dependents();
+  // s = 1 / (1 + exp(-l)) without the division's range-check branch per slot (each would wait
+  // on its MUFU before the next slot issues): the fast path is exact for 1 + exp(-l) < 2^126,
+  // i.e. every l > -87.3; a lane holding a lower one (or NaN) divides plainly.
+  bool huge = false;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    s[i] = 1.0f / (1.0f + expf(-s[i]));
+    s[i] = 1.0f + expf(-s[i]);
+    huge |= !(s[i] < 0x1p126f);
+  }
+  if (!huge) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) s[i] = moe_common::rcp_rn_fast(s[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) s[i] = 1.0f / s[i];
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
     const float b = p.bias ? s[i] + sb[i] : s[i];
     sb[i] = isnan(b) ? kNanScore : b;
   }
