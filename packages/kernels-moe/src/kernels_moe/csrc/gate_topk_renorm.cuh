@@ -15,7 +15,8 @@
 // holds (no shuffles); otherwise lane g keeps group g's score (n_group <= 32) and counts the
 // groups that beat it (n_group shuffles). A ballot of "fewer than topk_group" is the kept set.
 // Then moe_common::warp_topk (each lane's keys sorted once, k rounds of a warp max over the
-// heads) picks the experts (k <= 32); lane j writes column j.
+// heads, keys only) picks the experts (k <= 32); lane j fetches its winner's sigmoid (kPer
+// shuffles) and writes column j.
 //
 // H200, DeepSeek-V3 routing (2026-12-04): 5.96 us at T = 1 and 23.26 at T = 8192 when the bias
 // was loaded one dependent slot at a time and the selection scanned every key per round; 4.07 /
@@ -26,6 +27,9 @@
 // then ran one after another (a range-check branch each, waiting on its MUFU); now they are
 // nvcc's fast path without the checks, bit-identical for logits > -87.3, one check per lane
 // (a lane holding a lower logit or NaN divides plainly). Untimed.
+// Only the keys through the sort and the rounds (the sigmoids were carried beside them: 2
+// selects per compare-exchange, a shuffle and 8 moves per round, 53 registers), the winners'
+// sigmoids fetched once: 39 registers, 12 blocks per SM instead of 9. Untimed.
 #pragma once
 
 #include <kernels/version.h>
@@ -36,6 +40,7 @@ KERNELS_REQUIRE_HEADERS_API(2);
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
 #include <kernels/pdl.cuh>
+#include <kernels/reduce.cuh>
 #include <kernels/tensor.h>
 
 #include "moe_common.cuh"
@@ -182,9 +187,16 @@ __global__ void __launch_bounds__(kThreads) gate_topk_renorm_kernel(bool pdl, Pa
     const int e = i * 32 + lane;
     key[i] = e < p.experts ? moe_common::score_key(sb[i], e) : 0ull;
   }
-  int expert;
-  float weight, sum;
-  moe_common::warp_topk<kPer, false>(key, s, p.k, lane, expert, weight, sum);
+  // Lane j's winner and its sigmoid, shuffled from the winner's lane and picked by slot
+  // (lanes >= k get key 0, expert -1: no slot, weight 0, out of the sum).
+  const int expert = moe_common::key_expert(moe_common::warp_topk<kPer>(key, p.k, lane));
+  float weight = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const float v = __shfl_sync(0xffffffffu, s[i], expert & 31);
+    weight = expert >> 5 == i ? v : weight;
+  }
+  const float sum = kernels::warp_sum(weight);
   if (lane < p.k) {
     if (p.renormalize && sum != 0.0f) weight = weight / sum;
     weight *= p.scale;

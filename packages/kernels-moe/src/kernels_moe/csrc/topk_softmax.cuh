@@ -19,6 +19,8 @@
 // slots past E; now one reciprocal, the same fast path without the checks (bit-identical in
 // the range every row but a 66-logit-wide one stays in) and masked keys: 34 -> 31 registers,
 // 16 blocks per SM, so T = 8192's 2048 blocks fit one wave (12 per SM before). Untimed.
+// The rounds' shift as selects (it was a branch with 16 moves and register renaming) and the
+// weights' sum as one warp sum after the rounds. Untimed.
 #pragma once
 
 #include <kernels/version.h>
@@ -117,9 +119,12 @@ __global__ void __launch_bounds__(kThreads) topk_softmax_kernel(bool pdl, Params
     key[i] = moe_common::score_key(nan_row ? INFINITY : v[i], i * 32 + lane) &
              (0ull - static_cast<unsigned long long>(i * 32 + lane < p.experts));
   }
-  int expert;
-  float weight, sum;
-  moe_common::warp_topk<kPer, true>(key, v, p.k, lane, expert, weight, sum);
+  // Lane j's winner; its probability is its key's score (0 in lanes >= k, out of the sum).
+  const unsigned long long mine = moe_common::warp_topk<kPer>(key, p.k, lane);
+  const int expert = moe_common::key_expert(mine);
+  float weight =
+      lane < p.k ? moe_common::from_ordered_bits(static_cast<uint32_t>(mine >> 32)) : 0.0f;
+  const float sum = kernels::warp_sum(weight);
   if (lane < p.k) {
     if (nan_row) weight = NAN;
     if (p.renormalize) weight = weight / sum;
