@@ -82,8 +82,10 @@ __device__ __forceinline__ float warp_top2_sum(float first, float second) {
          moe_common::from_ordered_bits(shared_top ? top : rest);
 }
 
+// Up to 8 slots, 32 registers (16 blocks per SM: T = 8192's 2048 blocks in one wave on 132 SMs;
+// sm_90a spills one word, 2 stores and 3 loads in L1); more slots keep the compiler's choice.
 template <typename T, int kPer, bool kGroup32>
-__global__ void __launch_bounds__(kThreads) gate_topk_renorm_kernel(bool pdl, Params p) {
+__global__ void __launch_bounds__(kThreads, kPer <= 8 ? 16 : 1) gate_topk_renorm_kernel(bool pdl, Params p) {
   const int lane = threadIdx.x & 31;
   const int64_t token = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (pdl) kernels::pdl_wait();
