@@ -201,6 +201,32 @@ def test_strided_outputs(device):
         assert_close(w, w_ref.float(), name=backend)
 
 
+@pytest.mark.parametrize("device", _device_params())
+def test_rows_wider_than_66_logits(device):
+    """Even rows: 4 logits near 0 and 252 distinct ones in [-82.6, -70] (probabilities below
+    2^-96, where the kernel leaves its unchecked division for the plain one), so k = 8 ranks 4 of
+    the tiny ones; odd rows are ordinary. Both paths meet in one block of 4 rows."""
+    rows = []
+    for t in range(8):
+        g = torch.Generator().manual_seed(t)
+        if t % 2:
+            rows.append(torch.randperm(256, generator=g).float() * 0.05 - 6.4)
+        else:
+            tail = -70.0 - torch.randperm(252, generator=g).float() * 0.05
+            rows.append(
+                torch.cat([torch.tensor([0.0, -0.1, -0.2, -0.3]), tail])[
+                    torch.randperm(256, generator=g)
+                ]
+            )
+    gating = torch.stack(rows).to(device)
+    for renormalize in (False, True):
+        w_ref, ids_ref = _expected(gating, 8, renormalize)
+        for backend in BACKENDS[device]:
+            w, ids = _run(gating, 8, renormalize, backend)
+            assert_close(ids, ids_ref, name=f"{backend} ids")
+            assert_close(w, w_ref.float(), name=f"{backend} weights")
+
+
 @pytest.mark.gpu
 def test_many_tokens_match_reference():
     """T = 8192 (2048 blocks of 4 warps), E = 256, distinct logits (no rounding ties): the CUDA

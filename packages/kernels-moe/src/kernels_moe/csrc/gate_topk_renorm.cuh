@@ -15,14 +15,21 @@
 // holds (no shuffles); otherwise lane g keeps group g's score (n_group <= 32) and counts the
 // groups that beat it (n_group shuffles). A ballot of "fewer than topk_group" is the kept set.
 // Then moe_common::warp_topk (each lane's keys sorted once, k rounds of a warp max over the
-// heads) picks the experts (k <= 32); lane j writes column j.
+// heads, keys only) picks the experts (k <= 32); lane j fetches its winner's sigmoid (kPer
+// shuffles) and writes column j.
 //
 // H200, DeepSeek-V3 routing (2026-12-04): 5.96 us at T = 1 and 23.26 at T = 8192 when the bias
 // was loaded one dependent slot at a time and the selection scanned every key per round; 4.07 /
 // 19.41 with the bias beside the logits and sorted-head rounds; 2.84 / 16.74 with the groups
 // scored without branches between them and ranked in registers (before: 8 serial groups of
 // redux -> ballot -> find-first -> redux plus an 8-step shuffle loop). What is left at T = 1 is
-// mostly the 8 sigmoid divisions (exact, as torch) and the 8 selection rounds.
+// mostly the 8 sigmoid divisions (exact, as torch) and the 8 selection rounds. The divisions
+// then ran one after another (a range-check branch each, waiting on its MUFU); now they are
+// nvcc's fast path without the checks, bit-identical for logits > -87.3, one check per lane
+// (a lane holding a lower logit or NaN divides plainly). Untimed.
+// Only the keys through the sort and the rounds (the sigmoids were carried beside them: 2
+// selects per compare-exchange, a shuffle and 8 moves per round, 53 registers), the winners'
+// sigmoids fetched once: 39 registers, 12 blocks per SM instead of 9. Untimed.
 #pragma once
 
 #include <kernels/version.h>
@@ -33,6 +40,7 @@ KERNELS_REQUIRE_HEADERS_API(2);
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
 #include <kernels/pdl.cuh>
+#include <kernels/reduce.cuh>
 #include <kernels/tensor.h>
 
 #include "moe_common.cuh"
@@ -74,8 +82,10 @@ __device__ __forceinline__ float warp_top2_sum(float first, float second) {
          moe_common::from_ordered_bits(shared_top ? top : rest);
 }
 
+// Up to 8 slots, 32 registers (16 blocks per SM: T = 8192's 2048 blocks in one wave on 132 SMs;
+// sm_90a spills one word, 2 stores and 3 loads in L1); more slots keep the compiler's choice.
 template <typename T, int kPer, bool kGroup32>
-__global__ void __launch_bounds__(kThreads) gate_topk_renorm_kernel(bool pdl, Params p) {
+__global__ void __launch_bounds__(kThreads, kPer <= 8 ? 16 : 1) gate_topk_renorm_kernel(bool pdl, Params p) {
   const int lane = threadIdx.x & 31;
   const int64_t token = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (pdl) kernels::pdl_wait();
@@ -91,9 +101,24 @@ __global__ void __launch_bounds__(kThreads) gate_topk_renorm_kernel(bool pdl, Pa
   // slot behind each branch); sb holds the bias until the sum.
   if (p.bias) moe_common::load_row_slots<kPer>(sb, p.bias, p.bias_code, lane, p.experts);
   if (pdl) kernels::pdl_launch_dependents();
+  // s = 1 / (1 + exp(-l)) without the division's range-check branch per slot (each would wait
+  // on its MUFU before the next slot issues): the fast path is exact for 1 + exp(-l) < 2^126,
+  // i.e. every l > -87.3; a lane holding a lower one (or NaN) divides plainly.
+  bool huge = false;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    s[i] = 1.0f / (1.0f + expf(-s[i]));
+    s[i] = 1.0f + expf(-s[i]);
+    huge |= !(s[i] < 0x1p126f);
+  }
+  if (!huge) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) s[i] = moe_common::rcp_rn_fast(s[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) s[i] = 1.0f / s[i];
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
     const float b = p.bias ? s[i] + sb[i] : s[i];
     sb[i] = isnan(b) ? kNanScore : b;
   }
@@ -164,9 +189,16 @@ __global__ void __launch_bounds__(kThreads) gate_topk_renorm_kernel(bool pdl, Pa
     const int e = i * 32 + lane;
     key[i] = e < p.experts ? moe_common::score_key(sb[i], e) : 0ull;
   }
-  int expert;
-  float weight, sum;
-  moe_common::warp_topk<kPer, false>(key, s, p.k, lane, expert, weight, sum);
+  // Lane j's winner and its sigmoid, shuffled from the winner's lane and picked by slot
+  // (lanes >= k get key 0, expert -1: no slot, weight 0, out of the sum).
+  const int expert = moe_common::key_expert(moe_common::warp_topk<kPer>(key, p.k, lane));
+  float weight = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const float v = __shfl_sync(0xffffffffu, s[i], expert & 31);
+    weight = expert >> 5 == i ? v : weight;
+  }
+  const float sum = kernels::warp_sum(weight);
   if (lane < p.k) {
     if (p.renormalize && sum != 0.0f) weight = weight / sum;
     weight *= p.scale;

@@ -119,6 +119,34 @@ __device__ __forceinline__ void load_row_slots(float (&out)[kPer], const void* p
                     (experts - lane + 31) / 32);
 }
 
+// nvcc's IEEE division and reciprocal (x / d, 1.0f / d) are MUFU.RCP, a Newton step and, for
+// x / d, a Markstein correction, each behind a range check that branches to a slow subroutine.
+// Per element those branches serialise the chains (each waits on its MUFU before the next
+// element issues). The helpers below are that fast path without the check, bit-identical to
+// x / d and 1.0f / d where the caller guarantees the range named, so callers test the range
+// once per lane and redo the rare lane with the plain division.
+__device__ __forceinline__ float rcp_approx(float d) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  return r;
+}
+// 1.0f / d for d in [1, 2^126).
+__device__ __forceinline__ float rcp_rn_fast(float d) {
+  const float r = rcp_approx(d);
+  return __fmaf_rn(r, -__fmaf_rn(d, r, -1.0f), r);
+}
+// The reciprocal that div_rn_fast refines per quotient, one per divisor.
+__device__ __forceinline__ float div_rcp(float d) {
+  const float r = rcp_approx(d);
+  return __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
+}
+// x / d, r = div_rcp(d), for d in [1, 2^11] and x = 0 or x in [2^-96, 2^64] (the quotient,
+// the remainder and every intermediate stay normal, where the Markstein step rounds exactly).
+__device__ __forceinline__ float div_rn_fast(float x, float d, float r) {
+  const float q = __fmaf_rn(x, r, 0.0f);
+  return __fmaf_rn(r, __fmaf_rn(-d, q, x), q);
+}
+
 // The warp's largest float, in every lane: one redux.sync over order-preserving bits (sm_80+).
 // A positive-signed NaN wins (fmaxf would skip it); callers whose NaN input makes every result
 // NaN anyway (softmax) do not mind.
@@ -144,9 +172,8 @@ constexpr int odd_even_merge_pair(int n, int index) {
 }
 constexpr int odd_even_merge_count(int n) { return odd_even_merge_pair(n, -1); }
 
-template <int kPer, bool kCarry, int kIndex>
-__device__ __forceinline__ void compare_exchange(unsigned long long (&key)[kPer],
-                                                 float (&value)[kPer]) {
+template <int kPer, int kIndex>
+__device__ __forceinline__ void compare_exchange(unsigned long long (&key)[kPer]) {
   if constexpr (kIndex < odd_even_merge_count(kPer)) {
     constexpr int a = odd_even_merge_pair(kPer, kIndex) / kPer;
     constexpr int b = odd_even_merge_pair(kPer, kIndex) % kPer;
@@ -154,60 +181,42 @@ __device__ __forceinline__ void compare_exchange(unsigned long long (&key)[kPer]
     const unsigned long long ka = key[a], kb = key[b];
     key[a] = swap ? kb : ka;
     key[b] = swap ? ka : kb;
-    if constexpr (kCarry) {
-      const float va = value[a], vb = value[b];
-      value[a] = swap ? vb : va;
-      value[b] = swap ? va : vb;
-    }
-    compare_exchange<kPer, kCarry, kIndex + 1>(key, value);
+    compare_exchange<kPer, kIndex + 1>(key);
   }
 }
 
-// Sorts kPer (key, value) pairs by descending key in registers: Batcher's odd-even merge sort
-// (kPer a power of two; 19 compare-exchanges for 8). kCarry = false leaves `value` alone.
-template <int kPer, bool kCarry>
-__device__ __forceinline__ void sort_desc(unsigned long long (&key)[kPer], float (&value)[kPer]) {
+// Sorts kPer keys descending in registers: Batcher's odd-even merge sort (kPer a power of two;
+// 19 compare-exchanges for 8).
+template <int kPer>
+__device__ __forceinline__ void sort_desc(unsigned long long (&key)[kPer]) {
   static_assert((kPer & (kPer - 1)) == 0, "sort_desc takes a power-of-two length");
-  compare_exchange<kPer, kCarry, 0>(key, value);
+  compare_exchange<kPer, 0>(key);
 }
 
-// The k <= 32 largest keys of a warp's row, descending: each lane holds kPer (key, value) pairs
-// (kPer a power of two; key 0: not a candidate; keys are distinct; expert e lives in lane
-// e % 32). Round j leaves the j-th winner's expert and value in lane j (`my_expert`,
-// `my_value`); every lane gets the sum of the k values in selection order.
+// The k <= 32 largest keys of a warp's row, descending: each lane holds kPer keys (kPer a power
+// of two; key 0: not a candidate; keys are distinct; expert e lives in lane e % 32). Returns the
+// j-th winner's key in lane j, 0 in lanes >= k.
 //
-// Each lane sorts its pairs once, so a round is a warp key max over the lanes' heads (two
-// redux.sync) and the winning lane's shift by one slot: the round's dependent chain is the two
-// reductions and a few selects, not a kPer-long lane-local scan. kValueFromKey: the value is the
-// key's score (softmax probabilities) and needs no shuffle; otherwise it is shuffled from the
-// winner's lane (off the chain: the next round does not wait for it).
-template <int kPer, bool kValueFromKey>
-__device__ __forceinline__ void warp_topk(unsigned long long (&key)[kPer], float (&value)[kPer],
-                                          int k, int lane, int& my_expert, float& my_value,
-                                          float& sum) {
-  sort_desc<kPer, !kValueFromKey>(key, value);
-  sum = 0.0f;
-  my_expert = 0;
-  my_value = 0.0f;
+// Each lane sorts its keys once, so a round is a warp key max over the lanes' heads (two
+// redux.sync) and the winning lane's shift by one slot (selects, no branch): the round's
+// dependent chain is the two reductions and a few selects, not a kPer-long lane-local scan.
+// Only keys travel through the sort and the rounds; callers fetch the winners' values once
+// (a value that is not the key's score costs kPer shuffles then, not 2 selects per
+// compare-exchange and a shuffle and kPer selects per round).
+template <int kPer>
+__device__ __forceinline__ unsigned long long warp_topk(unsigned long long (&key)[kPer], int k,
+                                                        int lane) {
+  sort_desc<kPer>(key);
+  unsigned long long mine = 0;
   for (int j = 0; j < k; ++j) {
     const unsigned long long best = warp_max_key(key[0]);
-    const int expert = key_expert(best);
-    const float v = kValueFromKey ? from_ordered_bits(static_cast<uint32_t>(best >> 32))
-                                  : __shfl_sync(0xffffffffu, value[0], expert & 31);
-    if (lane == j) {
-      my_expert = expert;
-      my_value = v;
-    }
-    sum += v;
-    if (key[0] == best) {  // this lane's head won: the next slot becomes its head
+    mine = lane == j ? best : mine;
+    const bool won = key[0] == best;  // this lane's head won: the next slot becomes its head
 #pragma unroll
-      for (int i = 0; i + 1 < kPer; ++i) {
-        key[i] = key[i + 1];
-        if constexpr (!kValueFromKey) value[i] = value[i + 1];
-      }
-      key[kPer - 1] = 0;
-    }
+    for (int i = 0; i + 1 < kPer; ++i) key[i] = won ? key[i + 1] : key[i];
+    key[kPer - 1] = won ? 0ull : key[kPer - 1];
   }
+  return mine;
 }
 
 }  // namespace moe_common

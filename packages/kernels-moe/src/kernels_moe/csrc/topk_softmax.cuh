@@ -14,6 +14,13 @@
 // of 64-bit keys plus two reductions to the two reductions plus a few selects: 2.93 -> 2.14 us
 // at T = 1, 15.17 -> 10.66 at T = 8192 (issue-bound there). float4 loads of fp32 rows (lane l
 // holding experts 128 q + 4 l + j) measured no gain (2.10 / 10.88 us) and were taken out.
+// The probabilities then still cost 8 IEEE divisions, each behind its own range-check branch
+// (its MUFU.RCP and Markstein step serialised slot after slot), and a branch per slot for
+// slots past E; now one reciprocal, the same fast path without the checks (bit-identical in
+// the range every row but a 66-logit-wide one stays in) and masked keys: 34 -> 31 registers,
+// 16 blocks per SM, so T = 8192's 2048 blocks fit one wave (12 per SM before). Untimed.
+// The rounds' shift as selects (it was a branch with 16 moves and register renaming) and the
+// weights' sum as one warp sum after the rounds. Untimed.
 #pragma once
 
 #include <kernels/version.h>
@@ -48,8 +55,10 @@ struct Params {
   bool renormalize;
 };
 
+// Up to 8 slots, 32 registers (16 blocks per SM: T = 8192's 2048 blocks in one wave on 132 SMs;
+// no spill on sm_90a); more slots keep the compiler's choice.
 template <typename T, int kPer>
-__global__ void __launch_bounds__(kThreads) topk_softmax_kernel(bool pdl, Params p) {
+__global__ void __launch_bounds__(kThreads, kPer <= 8 ? 16 : 1) topk_softmax_kernel(bool pdl, Params p) {
   const int lane = threadIdx.x & 31;
   const int64_t token = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (pdl) kernels::pdl_wait();
@@ -91,15 +100,33 @@ __global__ void __launch_bounds__(kThreads) topk_softmax_kernel(bool pdl, Params
   // row's weights are all NaN and its keys all rank as +inf (torch's descending sort puts NaN
   // first): ids 0, 1, ... as the reference.
   const bool nan_row = isnan(total);
+  // p = v / total without a division's range-check branch per slot: total is in [1, E] (the
+  // peak's term is 1) and v in [0, 1], so the fast path is exact unless some v is in
+  // (0, 2^-96) (a logit over 66 below the row's peak): that rare lane divides plainly.
+  bool tiny = false;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) tiny |= v[i] > 0.0f && v[i] < 0x1p-96f;
+  if (!tiny) {
+    const float r = moe_common::div_rcp(total);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) v[i] = moe_common::div_rn_fast(v[i], total, r);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) v[i] = v[i] / total;
+  }
   unsigned long long key[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    const int e = i * 32 + lane;
-    key[i] = e < p.experts ? moe_common::score_key(nan_row ? INFINITY : v[i] / total, e) : 0ull;
+    // A mask, not a select: nvcc turns the select into a branch per slot.
+    key[i] = moe_common::score_key(nan_row ? INFINITY : v[i], i * 32 + lane) &
+             (0ull - static_cast<unsigned long long>(i * 32 + lane < p.experts));
   }
-  int expert;
-  float weight, sum;
-  moe_common::warp_topk<kPer, true>(key, v, p.k, lane, expert, weight, sum);
+  // Lane j's winner; its probability is its key's score (0 in lanes >= k, out of the sum).
+  const unsigned long long mine = moe_common::warp_topk<kPer>(key, p.k, lane);
+  const int expert = moe_common::key_expert(mine);
+  float weight =
+      lane < p.k ? moe_common::from_ordered_bits(static_cast<uint32_t>(mine >> 32)) : 0.0f;
+  const float sum = kernels::warp_sum(weight);
   if (lane < p.k) {
     if (nan_row) weight = NAN;
     if (p.renormalize) weight = weight / sum;
