@@ -151,27 +151,22 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   const int slice_begin = rank * p.slice_chunks;
   const int slice_end = min(slice_begin + p.slice_chunks, chunks);
 
-  // This warp's run of chunks.
+  // This warp's run of chunks, and of K (elements): what it loads and, under PDL, prefetches.
   const int per_warp = (slice_end - slice_begin + kWarps - 1) / kWarps;
   const int run_begin = slice_begin + warp * per_warp;
   const int run_end = min(run_begin + per_warp, slice_end);
+  const int64_t run_k = static_cast<int64_t>(run_begin) * kChunk;
+  const uint32_t run_bytes = static_cast<uint32_t>(
+      max(min(static_cast<int64_t>(run_end) * kChunk, static_cast<int64_t>(p.k)) - run_k,
+          int64_t{0}) *
+      sizeof(__nv_bfloat16));
 
-  if (pdl) {  // the head of each warp's run of each weight row into L2 (see the header)
+  if (pdl) {  // the head of this warp's run of each weight row into L2 (see the header)
     constexpr int kRows = kTiles * 8;
     constexpr uint32_t kPerRun = kPrefetchBytes / (kRows * kWarps) / 16 * 16;
-    static_assert(kRows * kWarps <= kThreads, "one prefetch per thread");
-    const int r = threadIdx.x % kRows;  // weight row of this tile group
-    const int q = threadIdx.x / kRows;  // warp run
-    const int q_begin = slice_begin + q * per_warp;
-    const int q_end = min(q_begin + per_warp, slice_end);
-    if (q < kWarps && col0 + r < p.n && q_end > q_begin) {
-      const int64_t k0 = static_cast<int64_t>(q_begin) * kChunk;
-      const int64_t k1 = min(static_cast<int64_t>(q_end) * kChunk, static_cast<int64_t>(p.k));
-      if (k1 > k0) {
-        const uint32_t bytes = static_cast<uint32_t>((k1 - k0) * sizeof(__nv_bfloat16));
-        prefetch_l2(p.w + static_cast<int64_t>(col0 + r) * p.sw + k0, min(bytes, kPerRun));
-      }
-    }
+    static_assert(kRows <= 32, "one weight row per lane");
+    if (lane < kRows && col0 + lane < p.n && run_bytes > 0)
+      prefetch_l2(p.w + static_cast<int64_t>(col0 + lane) * p.sw + run_k, min(run_bytes, kPerRun));
   }
   kernels::pdl_wait();
 
