@@ -33,9 +33,10 @@
 //
 // PDL: launched with programmatic stream serialization, each CTA first prefetches into L2 (cp.async
 // .bulk.prefetch: L2 is the point of coherence, so this can never observe stale data even if the
-// previous kernel writes the weight) the head of every warp's run of every weight row, at most
+// previous kernel writes the weight or x) the head of every warp's run of every weight row, at most
 // kPrefetchBytes per CTA (the router's 28 KB slices whole; 96 KB of fused_a's 229 KB: the grid's
-// 12.7 MB prefetch plus the 30 MB the running kernel reads stay inside the 50 MB L2). It then waits
+// 12.7 MB prefetch plus the 30 MB the running kernel reads stay inside the 50 MB L2), and the x
+// rows of its runs, spread over the column groups (x is read by all of them). It then waits
 // for the previous kernel (griddepcontrol.wait) before reading anything through L1, issues its
 // first loads and at once lets the next kernel launch (griddepcontrol.launch_dependents), whose
 // CTAs prefetch their own weight while this one streams. Back-to-back calls thus keep HBM busy
@@ -164,9 +165,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   if (pdl) {  // the head of this warp's run of each weight row into L2 (see the header)
     constexpr int kRows = kTiles * 8;
     constexpr uint32_t kPerRun = kPrefetchBytes / (kRows * kWarps) / 16 * 16;
-    static_assert(kRows <= 32, "one weight row per lane");
+    static_assert(kRows + kMaxRows <= 32, "one weight row, then one x row, per lane");
     if (lane < kRows && col0 + lane < p.n && run_bytes > 0)
       prefetch_l2(p.w + static_cast<int64_t>(col0 + lane) * p.sw + run_k, min(run_bytes, kPerRun));
+    // The run's x rows too (unless the previous kernel just wrote x, a DRAM round trip after the
+    // wait otherwise): each (run, row) by one column group, as every group reads them.
+    const int m = lane - kRows;
+    const int groups = static_cast<int>(gridDim.x) / split;
+    if (m >= 0 && m < p.m && run_bytes > 0 && (warp * p.m + m) % groups == col0 / (kTiles * 8))
+      prefetch_l2(p.x + static_cast<int64_t>(m) * p.sx + run_k, run_bytes);
   }
   kernels::pdl_wait();
 
