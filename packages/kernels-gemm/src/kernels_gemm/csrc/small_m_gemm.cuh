@@ -20,7 +20,9 @@
 // the MMAs of the current one). When the columns alone leave SMs idle (the router: 32 groups of 8
 // experts for 132 SMs), `split` CTAs of a thread-block cluster take one K slice each and reduce
 // their partial tiles through distributed shared memory, in rank order (deterministic): no
-// workspace, no atomics, one launch. The host picks (kTiles, split) per shape (`plan`).
+// workspace, no atomics, one launch: each CTA stores its partial of an element into the shared
+// memory of the rank that owns it, and one cluster barrier separates these stores from the owners'
+// sums of their own shared memory. The host picks (kTiles, split) per shape (`plan`).
 //
 // Two CTAs per SM (__launch_bounds__(kThreads, 2): at most 128 registers, so a stage holds at most
 // kStageVectors = 10 16-byte vectors, two stages 80 registers; sm_90a: 112-118 registers, no
@@ -114,6 +116,18 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 #endif
 }
 
+// barrier.cluster in two halves: arrive (relaxed: orders nothing; release: this thread's earlier
+// stores, distributed shared memory included) and wait (acquire).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
@@ -141,13 +155,16 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   constexpr int kUnroll = Unroll<kTiles, kHalves>::value;
   constexpr int kTileElems = kTiles * 128;  // a 16 x 8 fp32 tile per 8 columns
   __shared__ __align__(16) float partial[kWarps][kTileElems];
-  __shared__ float total[kTileElems];
+  __shared__ float inbox[kMaxSplit][kTileElems];  // the ranks' partials of the elements owned here
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2;  // MMA group: weight row within a tile, x rows g and g + 8
   const int t = lane & 3;   // k quad
   const int split = p.split;
+  // Phase 1 of the cluster barrier, waited for before the first distributed shared-memory store:
+  // every CTA of the cluster has started (its shared memory exists).
+  if (split > 1) cluster_arrive_relaxed();
   const int rank = static_cast<int>(blockIdx.x) % split;
   const int col0 = static_cast<int>(blockIdx.x) / split * (kTiles * 8);
   const int chunks = (p.k + kChunk - 1) / kChunk;
@@ -278,17 +295,23 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
     if (live) store_out<OutT>(p.out, row * p.so_m + col * p.so_n, sum);
     return;
   }
-  // Across the cluster: each CTA publishes its slice's tiles; rank e % split sums element e over
-  // the ranks in rank order and writes it.
-  if (e < kTileElems) total[e] = sum;
+  // Across the cluster: rank e % split owns element e; each CTA stores its slice's partial into
+  // the owner's inbox, one barrier later each owner sums its inbox in rank order and writes. No
+  // CTA touches another's shared memory after the barrier, so none waits for the others to read.
   cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  if (live && e % split == rank) {
+  const int owner = e % split;
+  cluster_wait();
+  if (live) *cluster.map_shared_rank(&inbox[rank][e], owner) = sum;
+  cluster_arrive();
+  cluster_wait();
+  if (live && owner == rank) {
     float v = 0.0f;
-    for (int q = 0; q < split; ++q) v += *cluster.map_shared_rank(&total[e], q);
+#pragma unroll
+    for (int q = 0; q < kMaxSplit; ++q) {
+      if (q < split) v += inbox[q][e];
+    }
     store_out<OutT>(p.out, row * p.so_m + col * p.so_n, v);
   }
-  cluster.sync();  // keep this CTA's tiles alive until every rank has read them
 #endif
 }
 
