@@ -221,9 +221,19 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
 
   const int stages = run_end > run_begin ? (run_end - run_begin + kUnroll - 1) / kUnroll : 0;
 
-  float acc[kTiles][4];
+  // With one tile, a chunk's second MMA accumulates into a second set of registers: two dependent
+  // MMA chains of half the length, as with two tiles (the MMAs after the last loads land are on
+  // the critical path). The sets are added before the warps' tiles are summed.
+  constexpr int kChains = kTiles == 1 ? 2 : 1;
+  float acc[kChains][kTiles][4];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int c = 0; c < kChains; ++c) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[c][j][i] = 0.0f;
+    }
+  }
 
   using S = Stage<kUnroll, kTiles, kHalves>;
   auto load = [&](S& s, int stage) {
@@ -248,8 +258,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
         const uint4 b = s.w[u][j];
-        mma_bf16(acc[j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-        mma_bf16(acc[j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+        mma_bf16(acc[0][j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+        mma_bf16(acc[kChains - 1][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
       }
     }
   };
@@ -276,8 +286,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   // The warps' tiles, summed in warp order.
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
+    if (kChains > 1) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[0][j][i] += acc[kChains - 1][j][i];
+    }
     *reinterpret_cast<float4*>(&partial[warp][j * 128 + lane * 4]) =
-        make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+        make_float4(acc[0][j][0], acc[0][j][1], acc[0][j][2], acc[0][j][3]);
   }
   __syncthreads();
   const int e = threadIdx.x;  // kTileElems <= kThreads: one element per thread
