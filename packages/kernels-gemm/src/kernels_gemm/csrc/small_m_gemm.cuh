@@ -20,7 +20,9 @@
 // the MMAs of the current one). When the columns alone leave SMs idle (the router: 32 groups of 8
 // experts for 132 SMs), `split` CTAs of a thread-block cluster take one K slice each and reduce
 // their partial tiles through distributed shared memory, in rank order (deterministic): no
-// workspace, no atomics, one launch. The host picks (kTiles, split) per shape (`plan`).
+// workspace, no atomics, one launch: each CTA stores its partial of an element into the shared
+// memory of the rank that owns it, and one cluster barrier separates these stores from the owners'
+// sums of their own shared memory. The host picks (kTiles, split) per shape (`plan`).
 //
 // Two CTAs per SM (__launch_bounds__(kThreads, 2): at most 128 registers, so a stage holds at most
 // kStageVectors = 10 16-byte vectors, two stages 80 registers; sm_90a: 112-118 registers, no
@@ -33,13 +35,16 @@
 //
 // PDL: launched with programmatic stream serialization, each CTA first prefetches into L2 (cp.async
 // .bulk.prefetch: L2 is the point of coherence, so this can never observe stale data even if the
-// previous kernel writes the weight) the head of every warp's run of every weight row, at most
+// previous kernel writes the weight or x) the head of every warp's run of every weight row, at most
 // kPrefetchBytes per CTA (the router's 28 KB slices whole; 96 KB of fused_a's 229 KB: the grid's
-// 12.7 MB prefetch plus the 30 MB the running kernel reads stay inside the 50 MB L2). It then waits
+// 12.7 MB prefetch plus the 30 MB the running kernel reads stay inside the 50 MB L2), and the x
+// rows of its runs, spread over the column groups (x is read by all of them). It then waits
 // for the previous kernel (griddepcontrol.wait) before reading anything through L1, issues its
 // first loads and at once lets the next kernel launch (griddepcontrol.launch_dependents), whose
 // CTAs prefetch their own weight while this one streams. Back-to-back calls thus keep HBM busy
 // across the kernel boundary instead of paying launch, CTA start and a cold DRAM round trip each.
+// After its first loads each warp prefetches the rest of its run (all of it without PDL), so that
+// DRAM sees the whole weight requested at once rather than only what the registers hold.
 #pragma once
 
 #include <kernels/version.h>
@@ -69,7 +74,7 @@ constexpr int kMaxRows = 16;   // the MMA's M
 constexpr int kMaxSplit = 4;   // CTAs per cluster (K slices)
 constexpr int kVec = 8;        // bf16 per 16-byte load
 constexpr int kStageVectors = 10;  // 16-byte vectors per pipeline stage (40 registers)
-constexpr uint32_t kPrefetchBytes = 96 * 1024;  // L2 prefetch per CTA under PDL
+constexpr uint32_t kPrefetchBytes = 96 * 1024;  // L2 prefetch per CTA before the PDL wait
 
 struct Params {
   const __nv_bfloat16* x;  // [M, K], row stride sx (elements)
@@ -111,6 +116,18 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 #endif
 }
 
+// barrier.cluster in two halves: arrive (relaxed: orders nothing; release: this thread's earlier
+// stores, distributed shared memory included) and wait (acquire).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
@@ -138,40 +155,49 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   constexpr int kUnroll = Unroll<kTiles, kHalves>::value;
   constexpr int kTileElems = kTiles * 128;  // a 16 x 8 fp32 tile per 8 columns
   __shared__ __align__(16) float partial[kWarps][kTileElems];
-  __shared__ float total[kTileElems];
+  __shared__ float inbox[kMaxSplit][kTileElems];  // the ranks' partials of the elements owned here
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2;  // MMA group: weight row within a tile, x rows g and g + 8
   const int t = lane & 3;   // k quad
   const int split = p.split;
+  // Phase 1 of the cluster barrier, waited for before the first distributed shared-memory store:
+  // every CTA of the cluster has started (its shared memory exists).
+  if (split > 1) cluster_arrive_relaxed();
   const int rank = static_cast<int>(blockIdx.x) % split;
   const int col0 = static_cast<int>(blockIdx.x) / split * (kTiles * 8);
   const int chunks = (p.k + kChunk - 1) / kChunk;
   const int slice_begin = rank * p.slice_chunks;
   const int slice_end = min(slice_begin + p.slice_chunks, chunks);
 
-  // This warp's run of chunks.
+  // This warp's run of chunks, and of K (elements): what it loads and, under PDL, prefetches.
   const int per_warp = (slice_end - slice_begin + kWarps - 1) / kWarps;
   const int run_begin = slice_begin + warp * per_warp;
   const int run_end = min(run_begin + per_warp, slice_end);
+  const int64_t run_k = static_cast<int64_t>(run_begin) * kChunk;
+  const uint32_t run_bytes = static_cast<uint32_t>(
+      max(min(static_cast<int64_t>(run_end) * kChunk, static_cast<int64_t>(p.k)) - run_k,
+          int64_t{0}) *
+      sizeof(__nv_bfloat16));
 
-  if (pdl) {  // the head of each warp's run of each weight row into L2 (see the header)
-    constexpr int kRows = kTiles * 8;
-    constexpr uint32_t kPerRun = kPrefetchBytes / (kRows * kWarps) / 16 * 16;
-    static_assert(kRows * kWarps <= kThreads, "one prefetch per thread");
-    const int r = threadIdx.x % kRows;  // weight row of this tile group
-    const int q = threadIdx.x / kRows;  // warp run
-    const int q_begin = slice_begin + q * per_warp;
-    const int q_end = min(q_begin + per_warp, slice_end);
-    if (q < kWarps && col0 + r < p.n && q_end > q_begin) {
-      const int64_t k0 = static_cast<int64_t>(q_begin) * kChunk;
-      const int64_t k1 = min(static_cast<int64_t>(q_end) * kChunk, static_cast<int64_t>(p.k));
-      if (k1 > k0) {
-        const uint32_t bytes = static_cast<uint32_t>((k1 - k0) * sizeof(__nv_bfloat16));
-        prefetch_l2(p.w + static_cast<int64_t>(col0 + r) * p.sw + k0, min(bytes, kPerRun));
-      }
-    }
+  // Lane r < kRows prefetches weight row col0 + r of this warp's run: under PDL its head before
+  // the wait (see the header), the rest after it.
+  constexpr int kRows = kTiles * 8;
+  static_assert(kRows + kMaxRows <= 32, "one weight row, then one x row, per lane");
+  const bool prefetch_w = lane < kRows && col0 + lane < p.n;
+  const __nv_bfloat16* w_run = p.w + static_cast<int64_t>(prefetch_w ? col0 + lane : 0) * p.sw +
+                               run_k;
+  const uint32_t head =
+      pdl ? min(run_bytes, kPrefetchBytes / (kRows * kWarps) / 16 * 16) : uint32_t{0};
+  if (pdl) {
+    if (prefetch_w && head > 0) prefetch_l2(w_run, head);
+    // The run's x rows too (unless the previous kernel just wrote x, a DRAM round trip after the
+    // wait otherwise): each (run, row) by one column group, as every group reads them.
+    const int m = lane - kRows;
+    const int groups = static_cast<int>(gridDim.x) / split;
+    if (m >= 0 && m < p.m && run_bytes > 0 && (warp * p.m + m) % groups == col0 / (kTiles * 8))
+      prefetch_l2(p.x + static_cast<int64_t>(m) * p.sx + run_k, run_bytes);
   }
   kernels::pdl_wait();
 
@@ -195,9 +221,19 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
 
   const int stages = run_end > run_begin ? (run_end - run_begin + kUnroll - 1) / kUnroll : 0;
 
-  float acc[kTiles][4];
+  // With one tile, a chunk's second MMA accumulates into a second set of registers: two dependent
+  // MMA chains of half the length, as with two tiles (the MMAs after the last loads land are on
+  // the critical path). The sets are added before the warps' tiles are summed.
+  constexpr int kChains = kTiles == 1 ? 2 : 1;
+  float acc[kChains][kTiles][4];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int c = 0; c < kChains; ++c) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[c][j][i] = 0.0f;
+    }
+  }
 
   using S = Stage<kUnroll, kTiles, kHalves>;
   auto load = [&](S& s, int stage) {
@@ -222,8 +258,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
         const uint4 b = s.w[u][j];
-        mma_bf16(acc[j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-        mma_bf16(acc[j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+        mma_bf16(acc[0][j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+        mma_bf16(acc[kChains - 1][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
       }
     }
   };
@@ -231,6 +267,11 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   // Two stages in flight: the next stage's loads go out before this stage's MMAs.
   S a, b;
   if (stages > 0) load(a, 0);
+  // The rest of the run into L2 at once: the DRAM queue then holds the grid's whole weight, not
+  // only the two register stages in flight per warp (fused_a: ~48 KB a SM, ~60% of the copy
+  // bandwidth from a cold L2); the loads then wait for L2 hits or fills already under way.
+  if (prefetch_w && run_bytes > head)
+    prefetch_l2(w_run + head / sizeof(__nv_bfloat16), run_bytes - head);
   // This CTA's first loads are out: the next kernel may launch (its CTAs take the SM's second
   // slot, prefetch their weight, and wait for this grid to finish before any other access).
   kernels::pdl_launch_dependents();
@@ -245,8 +286,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   // The warps' tiles, summed in warp order.
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
+    if (kChains > 1) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[0][j][i] += acc[kChains - 1][j][i];
+    }
     *reinterpret_cast<float4*>(&partial[warp][j * 128 + lane * 4]) =
-        make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+        make_float4(acc[0][j][0], acc[0][j][1], acc[0][j][2], acc[0][j][3]);
   }
   __syncthreads();
   const int e = threadIdx.x;  // kTileElems <= kThreads: one element per thread
@@ -264,17 +309,23 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
     if (live) store_out<OutT>(p.out, row * p.so_m + col * p.so_n, sum);
     return;
   }
-  // Across the cluster: each CTA publishes its slice's tiles; rank e % split sums element e over
-  // the ranks in rank order and writes it.
-  if (e < kTileElems) total[e] = sum;
+  // Across the cluster: rank e % split owns element e; each CTA stores its slice's partial into
+  // the owner's inbox, one barrier later each owner sums its inbox in rank order and writes. No
+  // CTA touches another's shared memory after the barrier, so none waits for the others to read.
   cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  if (live && e % split == rank) {
+  const int owner = e % split;
+  cluster_wait();
+  if (live) *cluster.map_shared_rank(&inbox[rank][e], owner) = sum;
+  cluster_arrive();
+  cluster_wait();
+  if (live && owner == rank) {
     float v = 0.0f;
-    for (int q = 0; q < split; ++q) v += *cluster.map_shared_rank(&total[e], q);
+#pragma unroll
+    for (int q = 0; q < kMaxSplit; ++q) {
+      if (q < split) v += inbox[q][e];
+    }
     store_out<OutT>(p.out, row * p.so_m + col * p.so_n, v);
   }
-  cluster.sync();  // keep this CTA's tiles alive until every rank has read them
 #endif
 }
 
