@@ -11,16 +11,12 @@
 // accesses are contiguous; the registers hold index bits {0,1,2} and the top e - 3 bits.
 //   - warp kernel (N <= 2048): P <= 32 threads of one warp per row (128 / P rows per block); the
 //     register butterflies, then one __shfl_xor_sync stage per thread bit.
-//   - block kernel (N >= 4096): P = 64..256 threads per row, one row per block, E = 64 (N =
-//     4096) or 128. Register butterflies in A; the row goes through shared memory (fp32,
-//     padded so that every access is bank-conflict-free and a base register plus an
-//     immediate) into layout "B", whose registers hold A's thread bits 3 .. 3+p-1 (all of
-//     them while p <= e, i.e. N <= 16384; at N = 32768 one shuffle stage in A does bit 3) and
-//     whose lanes hold bits 0,1,2 (3) and A's lowest upper register bits; butterflies there,
-//     then back through shared memory to layout A for the store. Two exchanges, two barriers
-//     per row and no shuffles: shuffles and exchanges share the shared-memory pipe, whose 4
-//     words per element (6 with two shuffle stages) come close to HBM's time per row.
-
+//   - block kernel (N >= 4096): P = 128..256 threads per row, one row per block, E = 32 (N =
+//     4096), 64, or 128 (N = 32768). Register butterflies and two shuffle stages in A; the row
+//     goes through shared memory (fp32, one pad word per 32: every access is conflict-free and
+//     a base register plus an immediate) into layout "B", where the lanes hold index bits 0..4
+//     and the registers bits 5 .. 5+e-1; butterflies there, then back through shared memory to
+//     layout A for the store. Two exchanges, two barriers per row.
 #pragma once
 
 #include <kernels/version.h>
@@ -48,9 +44,9 @@ constexpr int kFirstBlockLog = 12;  // N >= 4096: the block kernel
 __host__ __device__ constexpr int warp_log_elems(int log_n) {
   return log_n <= 4 ? log_n : (log_n - 5 > 4 ? log_n - 5 : 4);
 }
-// The block kernel: 64 elements per thread at N = 4096, 128 above, so that layout B's registers
-// take every thread bit of layout A up to N = 16384 (no shuffles).
-__host__ __device__ constexpr int block_log_elems(int log_n) { return log_n == 12 ? 6 : 7; }
+__host__ __device__ constexpr int block_log_elems(int log_n) {
+  return log_n == 12 ? 5 : (log_n == 15 ? 7 : 6);
+}
 
 // Pack k of the E / 8 a thread moves (or the whole row when E < 8): element 8 * (k * P + t) + j.
 template <typename T, int kE, int kP, bool kVec>
@@ -172,10 +168,10 @@ __global__ void __launch_bounds__(kWarpThreads)
   if (active) store_row<T, kE, kP, kVec>(out + row * out_stride, v, t, d, scale);
 }
 
-// Bank (mod 32) of index bit b >= 0 under i + i / 32.
-__host__ __device__ constexpr int natural_bank(int b) {
-  return ((1 << b) + (b >= 5 ? 1 << (b - 5) : 0)) & 31;
-}
+// Shared-memory position of element i: one pad word per 32, so lanes spread over idx bits 3..7
+// (layout A) or 0..4 (layout B) hit 32 distinct banks. Additive over disjoint bits, so every
+// address is a per-thread base plus an immediate.
+__device__ __forceinline__ constexpr int padded(int i) { return i + (i >> 5); }
 
 template <int kLog>
 struct BlockShape {
@@ -183,62 +179,12 @@ struct BlockShape {
   static constexpr int kE = 1 << kLogE;
   static constexpr int kLogP = kLog - kLogE;
   static constexpr int kP = 1 << kLogP;
-  // Layout A's thread bits (index bits 3 .. 3+p-1) that do not fit layout B's registers: done
-  // by shuffles over A's lowest lane bits (none up to N = 16384, one at N = 32768).
-  static constexpr int kShuffles = kLogP > kLogE ? kLogP - kLogE : 0;
-  // Layout B: lanes hold index bits 0 .. kLowLanes-1 and kHigh .. kHigh+kHighLanes-1, registers
-  // bits kLowLanes .. 3+p-1 (the kMid still to do) then kRegShift .., warps bits kWarpShift ..
-  static constexpr int kLowLanes = 3 + kShuffles;
-  static constexpr int kMid = kLogP - kShuffles;
-  static constexpr int kHigh = 3 + kLogP;  // layout A's upper register bits
-  static constexpr int kHighLanes = 5 - kLowLanes;
-  static constexpr int kRegShift = kHigh + kHighLanes;
-  static constexpr int kWarpShift = 5 + kLogE;
-  static_assert(kLowLanes <= 5 && kLogP >= 5, "whole warps per row, at most two shuffles");
-  // Shared-memory padding (see padded): kC0 / kC1 words per 2^kHigh / 2^(kHigh+1) elements
-  // give layout B's high lane bits the banks 1 << kLowLanes and 16.
-  static constexpr int kC0 = kHighLanes ? ((1 << kLowLanes) - natural_bank(kHigh)) & 31 : 0;
-  static constexpr int kC1 =
-      kHighLanes == 2 ? (16 - natural_bank(kHigh + 1) - 2 * kC0) & 31 : 0;
-  static constexpr int kLast = (1 << kLog) - 1;
-  static constexpr size_t kSmem =
-      sizeof(float) * (kLast + (kLast >> 5) + kC0 * (kLast >> kHigh) +
-                       kC1 * (kLast >> (kHigh + 1)) + 1);
-  // At most 168 registers: six rows of 64 threads or three of 128 per SM, as many as their
-  // shared memory allows.
-  static constexpr int kMinBlocks = 384 / kP;
+  // Layout B: registers hold index bits 5 .. 5+e-1, of which 5 .. 3+p-1 are still to do.
+  static constexpr int kLogB = kLogP - 2;
+  static constexpr size_t kSmem = sizeof(float) * ((1 << kLog) + (1 << (kLog - 5)));
+  static_assert(kLogB <= kLogE && 5 + kLogE <= kLog, "layout B covers the thread bits");
+  static_assert(kLogP >= 5, "whole warps per row");
 };
-
-// Shared-memory position of element i: i + i / 32 spreads layout A's lanes (index bits 3..7)
-// over the 32 banks; the kC0 / kC1 terms do the same for layout B's high lane bits. Monotone,
-// so injective, and additive over disjoint bits, so every access is a per-thread base plus an
-// immediate.
-template <typename S>
-__host__ __device__ constexpr int padded(int i) {
-  return i + (i >> 5) + S::kC0 * (i >> S::kHigh) + S::kC1 * (i >> (S::kHigh + 1));
-}
-
-// The index bits of thread t and of register r in layout B.
-template <typename S>
-__host__ __device__ constexpr int b_thread(int t) {
-  return (t & ((1 << S::kLowLanes) - 1)) | (((t & 31) >> S::kLowLanes) << S::kHigh) |
-         ((t >> 5) << S::kWarpShift);
-}
-template <typename S>
-__host__ __device__ constexpr int b_reg(int r) {
-  return ((r & ((1 << S::kMid) - 1)) << S::kLowLanes) | ((r >> S::kMid) << S::kRegShift);
-}
-
-// Whether one warp's 32 lanes hit 32 distinct banks, in layout A (lanes at index bits 3..7) or
-// B (b_thread).
-template <typename S>
-constexpr bool conflict_free(bool layout_b) {
-  unsigned banks = 0;
-  for (int lane = 0; lane < 32; ++lane) {
-    banks |= 1u << (padded<S>(layout_b ? b_thread<S>(lane) : lane << 3) & 31);
-  }
-  return banks == 0xffffffffu;
-}
 
 // The index bits of register r in layout A (the thread's bits are t << 3).
 template <int kLogP>
@@ -263,16 +209,15 @@ __device__ __forceinline__ void butterflies_low(float (&v)[kE]) {
 }
 
 // N >= 4096: one row per block of P threads. Layout A (global): registers hold index bits 0,1,2
-// and 3+p.., threads bits 3 .. 3+p-1: register butterflies, then kShuffles shuffle stages
-// (index bits 3 ..). Through shared memory to layout B, whose registers hold the remaining
-// thread bits of A: butterflies over them. Back to layout A for the store.
+// and 3+p.., threads bits 3 .. 3+p-1: register butterflies, then shuffles over lane bits 0,1
+// (index bits 3,4). Through shared memory to layout B: threads hold index bits 0..4 (the lanes)
+// and 5+e.., registers 5 .. 5+e-1: butterflies over index bits 5 .. 3+p-1. Back to layout A.
 template <typename T, int kLog, bool kVec>
-__global__ void __launch_bounds__(BlockShape<kLog>::kP, BlockShape<kLog>::kMinBlocks)
+__global__ void __launch_bounds__(BlockShape<kLog>::kP)
     block_kernel(bool pdl, T* out, int64_t out_stride, const T* x, int64_t x_stride, int d,
                  float scale) {
   using S = BlockShape<kLog>;
-  static_assert(conflict_free<S>(false) && conflict_free<S>(true), "conflict-free exchanges");
-  constexpr int kE = S::kE, kP = S::kP, kLogP = S::kLogP;
+  constexpr int kE = S::kE, kLogE = S::kLogE, kP = S::kP, kLogP = S::kLogP;
   extern __shared__ float smem[];
   const int t = threadIdx.x;
   const int64_t row = blockIdx.x;
@@ -280,23 +225,23 @@ __global__ void __launch_bounds__(BlockShape<kLog>::kP, BlockShape<kLog>::kMinBl
   float v[kE];
   load_row<T, kE, kP, kVec>(v, x + row * x_stride, t, d);
   if (pdl) kernels::pdl_launch_dependents();
-  butterflies(v);  // index bits 0,1,2 and 3+p..
+  butterflies(v);             // index bits 0,1,2 and 3+p..
+  shuffle_stage(v, t, 0);     // index bit 3
+  shuffle_stage(v, t, 1);     // index bit 4
+  float* a_row = smem + padded(t << 3);
+  float* b_row = smem + padded((t & 31) | ((t >> 5) << (5 + kLogE)));
 #pragma unroll
-  for (int b = 0; b < S::kShuffles; ++b) shuffle_stage(v, t, b);  // index bit 3 + b
-  float* a_row = smem + padded<S>(t << 3);
-  float* b_row = smem + padded<S>(b_thread<S>(t));
-#pragma unroll
-  for (int r = 0; r < kE; ++r) a_row[padded<S>(a_reg<kLogP>(r))] = v[r];
+  for (int r = 0; r < kE; ++r) a_row[padded(a_reg<kLogP>(r))] = v[r];
   __syncthreads();
 #pragma unroll
-  for (int r = 0; r < kE; ++r) v[r] = b_row[padded<S>(b_reg<S>(r))];
-  butterflies_low<S::kMid>(v);  // index bits 3+kShuffles .. 3+p-1
+  for (int r = 0; r < kE; ++r) v[r] = b_row[padded(r << 5)];
+  butterflies_low<S::kLogB>(v);  // index bits 5 .. 3+p-1
   // Each thread rewrites the slots it read: no barrier needed before these stores.
 #pragma unroll
-  for (int r = 0; r < kE; ++r) b_row[padded<S>(b_reg<S>(r))] = v[r];
+  for (int r = 0; r < kE; ++r) b_row[padded(r << 5)] = v[r];
   __syncthreads();
 #pragma unroll
-  for (int r = 0; r < kE; ++r) v[r] = a_row[padded<S>(a_reg<kLogP>(r))];
+  for (int r = 0; r < kE; ++r) v[r] = a_row[padded(a_reg<kLogP>(r))];
   store_row<T, kE, kP, kVec>(out + row * out_stride, v, t, d, scale);
 }
 
