@@ -43,8 +43,6 @@
 // first loads and at once lets the next kernel launch (griddepcontrol.launch_dependents), whose
 // CTAs prefetch their own weight while this one streams. Back-to-back calls thus keep HBM busy
 // across the kernel boundary instead of paying launch, CTA start and a cold DRAM round trip each.
-// After its first loads each warp prefetches the rest of its run (all of it without PDL), so that
-// DRAM sees the whole weight requested at once rather than only what the registers hold.
 #pragma once
 
 #include <kernels/version.h>
@@ -74,7 +72,7 @@ constexpr int kMaxRows = 16;   // the MMA's M
 constexpr int kMaxSplit = 4;   // CTAs per cluster (K slices)
 constexpr int kVec = 8;        // bf16 per 16-byte load
 constexpr int kStageVectors = 10;  // 16-byte vectors per pipeline stage (40 registers)
-constexpr uint32_t kPrefetchBytes = 96 * 1024;  // L2 prefetch per CTA before the PDL wait
+constexpr uint32_t kPrefetchBytes = 96 * 1024;  // L2 prefetch per CTA under PDL
 
 struct Params {
   const __nv_bfloat16* x;  // [M, K], row stride sx (elements)
@@ -181,17 +179,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
           int64_t{0}) *
       sizeof(__nv_bfloat16));
 
-  // Lane r < kRows prefetches weight row col0 + r of this warp's run: under PDL its head before
-  // the wait (see the header), the rest after it.
-  constexpr int kRows = kTiles * 8;
-  static_assert(kRows + kMaxRows <= 32, "one weight row, then one x row, per lane");
-  const bool prefetch_w = lane < kRows && col0 + lane < p.n;
-  const __nv_bfloat16* w_run = p.w + static_cast<int64_t>(prefetch_w ? col0 + lane : 0) * p.sw +
-                               run_k;
-  const uint32_t head =
-      pdl ? min(run_bytes, kPrefetchBytes / (kRows * kWarps) / 16 * 16) : uint32_t{0};
-  if (pdl) {
-    if (prefetch_w && head > 0) prefetch_l2(w_run, head);
+  if (pdl) {  // the head of this warp's run of each weight row into L2 (see the header)
+    constexpr int kRows = kTiles * 8;
+    constexpr uint32_t kPerRun = kPrefetchBytes / (kRows * kWarps) / 16 * 16;
+    static_assert(kRows + kMaxRows <= 32, "one weight row, then one x row, per lane");
+    if (lane < kRows && col0 + lane < p.n && run_bytes > 0)
+      prefetch_l2(p.w + static_cast<int64_t>(col0 + lane) * p.sw + run_k, min(run_bytes, kPerRun));
     // The run's x rows too (unless the previous kernel just wrote x, a DRAM round trip after the
     // wait otherwise): each (run, row) by one column group, as every group reads them.
     const int m = lane - kRows;
@@ -267,11 +260,6 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   // Two stages in flight: the next stage's loads go out before this stage's MMAs.
   S a, b;
   if (stages > 0) load(a, 0);
-  // The rest of the run into L2 at once: the DRAM queue then holds the grid's whole weight, not
-  // only the two register stages in flight per warp (fused_a: ~48 KB a SM, ~60% of the copy
-  // bandwidth from a cold L2); the loads then wait for L2 hits or fills already under way.
-  if (prefetch_w && run_bytes > head)
-    prefetch_l2(w_run + head / sizeof(__nv_bfloat16), run_bytes - head);
   // This CTA's first loads are out: the next kernel may launch (its CTAs take the SM's second
   // slot, prefetch their weight, and wait for this grid to finish before any other access).
   kernels::pdl_launch_dependents();
