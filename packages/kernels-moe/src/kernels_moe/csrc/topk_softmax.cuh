@@ -55,8 +55,10 @@ struct Params {
   bool renormalize;
 };
 
+// Up to 8 slots, 32 registers (16 blocks per SM: T = 8192's 2048 blocks in one wave on 132 SMs;
+// no spill on sm_90a); more slots keep the compiler's choice.
 template <typename T, int kPer>
-__global__ void __launch_bounds__(kThreads) topk_softmax_kernel(bool pdl, Params p) {
+__global__ void __launch_bounds__(kThreads, kPer <= 8 ? 16 : 1) topk_softmax_kernel(bool pdl, Params p) {
   const int lane = threadIdx.x & 31;
   const int64_t token = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (pdl) kernels::pdl_wait();
