@@ -143,12 +143,15 @@ def test_fwd_misaligned_and_empty(device, backend):
 
 
 def _update_both(backend, x, state, *args, **kwargs):
+    """Both backends on clones (a clone keeps a transposed state's layout); returns ``backend``'s
+    x."""
     got_x, ref_x = x.clone(), x.clone()
     got_s, ref_s = state.clone(), state.clone()
     causal_conv1d_update(got_x, got_s, *args, backend=backend, **kwargs)
     causal_conv1d_update(ref_x, ref_s, *args, backend="torch", **kwargs)
     assert_close(got_x, ref_x, name="x")
     assert_close(got_s, ref_s, name="conv_state")
+    return got_x
 
 
 @pytest.mark.parametrize(("device", "backend"), BACKENDS)
@@ -243,16 +246,8 @@ def test_update_decode_many_rows(device, backend, dtype, circular, state_layout)
         if circular
         else None
     )
-    got_s, ref_s = state.clone(), state.clone()
-    if state_layout == "channel_last":  # keep the layout through the clones
-        got_s = state.transpose(1, 2).clone().transpose(1, 2)
-        ref_s = state.transpose(1, 2).clone().transpose(1, 2)
-    got_x, ref_x = x.clone(), x.clone()
     kw = {"cache_seqlens": seqlens, "conv_state_indices": idx}
-    causal_conv1d_update(got_x, got_s, weight, bias, "silu", backend=backend, **kw)
-    causal_conv1d_update(ref_x, ref_s, weight, bias, "silu", backend="torch", **kw)
-    assert_close(got_x, ref_x, name="x")
-    assert_close(got_s, ref_s, name="conv_state")
+    got_x = _update_both(backend, x, state, weight, bias, "silu", **kw)
     assert torch.equal(got_x[::7], x[::7])
 
 
