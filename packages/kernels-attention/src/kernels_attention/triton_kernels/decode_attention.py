@@ -104,8 +104,9 @@ def stage1_config(d: int, group: int) -> StageConfig:
     D <= 128: 64-slot tiles, 4 warps, 2 stages (Llama-3-8B B 1 L 1024: 7.58 us against 8.60 for
     32/4/3; B 64 L 4096: 252.6 against 290.8). MLA (D 576) with >= 64 query heads: 64 heads per
     program, so each KV tile read from L2 serves four times the rows (B 64 L 4096: 565 us
-    against 1343 for 16 heads, 32/8/2; B 1: 25.7 against 33.0). D = 256 and MLA with fewer heads:
-    not swept (compile-checked, no spills).
+    against 1343 for 16 heads, 32/8/2; B 1: 26.5 against 35.4 in the benchmark suite; 16 warps,
+    3 stages, 32- or 128-slot tiles and 128 heads were slower or did not compile). D = 256 and MLA
+    with fewer heads: not swept (compile-checked, no spills).
     """
     if d > 256:  # MLA: a [576, N] K tile, v its first 512 channels
         return StageConfig(64, 64, 8, 2) if group >= 64 else StageConfig(16, 64, 4, 2)

@@ -18,9 +18,10 @@
 // (its MUFU.RCP and Markstein step serialised slot after slot), and a branch per slot for
 // slots past E; now one reciprocal, the same fast path without the checks (bit-identical in
 // the range every row but a 66-logit-wide one stays in) and masked keys: 34 -> 31 registers,
-// 16 blocks per SM, so T = 8192's 2048 blocks fit one wave (12 per SM before). Untimed.
+// 16 blocks per SM, so T = 8192's 2048 blocks fit one wave (12 per SM before).
 // The rounds' shift as selects (it was a branch with 16 moves and register renaming) and the
-// weights' sum as one warp sum after the rounds. Untimed.
+// weights' sum as one warp sum after the rounds. Together (2026-12-04, A/B): T = 1 2.14 -> 1.73
+// us, T = 8192 10.67 -> 11.09 (slower; without the 16-block bound 11.22).
 #pragma once
 
 #include <kernels/version.h>
