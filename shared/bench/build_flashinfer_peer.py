@@ -1,28 +1,35 @@
-"""Build FlashInfer's CUDA norm and activation kernels into one tvm-ffi library, a benchmark peer.
+"""Build FlashInfer's CUDA kernels into tvm-ffi libraries, benchmark peers: norm and activation
+(``flashinfer_norm_act.so``) and sampling (``flashinfer_sampling.so``).
 
-    python -m shared.bench.build_flashinfer_peer [--version 0.7.2.post1] [--jobs 8]
+    python -m shared.bench.build_flashinfer_peer [--library norm_act sampling] [--jobs 8]
 
 No GPU is needed: run it on the CPU machine (nvcc 13 and apache-tvm-ffi installed) and carry the
 result to the H200, where FlashInfer itself cannot be imported (GPU.md, "Peers on the H200").
 Steps, all under the ignored folder ``.peers/`` (FlashInfer's code is never committed here):
 
 1. ``pip download --no-deps`` the flashinfer-python wheel into ``.peers/build/flashinfer/``;
-2. unpack ``flashinfer/data/include/flashinfer/`` (its header-only kernels), the entry points
-   ``data/csrc/norm.cu`` + ``flashinfer_norm_binding.cu`` (exported with
-   ``TVM_FFI_DLL_EXPORT_TYPED_FUNC``, as its ``norm`` JIT module) and ``tvm_ffi_utils.h``, and
-   render the ``*_and_mul`` sources from the template in ``flashinfer/jit/activation.py`` exactly
-   as its JIT does (silu, gelu, gelu_tanh);
+2. unpack ``flashinfer/data/include/flashinfer/`` (its header-only kernels), its vendored CCCL,
+   ``tvm_ffi_utils.h`` and each library's entry points, the sources of one of its JIT modules
+   (exported with ``TVM_FFI_DLL_EXPORT_TYPED_FUNC``): ``norm`` (``norm.cu`` +
+   ``flashinfer_norm_binding.cu``) plus the ``*_and_mul`` sources rendered from the template in
+   ``flashinfer/jit/activation.py`` exactly as its JIT does (silu, gelu, gelu_tanh); ``sampling``
+   (``sampling.cu``, ``renorm.cu``, ``flashinfer_sampling_binding.cu``, as
+   ``jit/sampling.py: gen_sampling_module``);
 3. compile them for sm_90a with the flags its JIT passes (``jit/core.py: gen_jit_spec``: -O3,
    -use_fast_math, -DNDEBUG, the FLASHINFER_ENABLE_* dtype switches, plus the norm module's
-   -DENABLE_BF16 -DENABLE_FP8), against the installed apache-tvm-ffi's headers, with empty stub
-   headers for the cuBLAS/cuRAND headers the toolkit lacks (only declarations nobody uses);
-4. link ``.peers/flashinfer/flashinfer_norm_act.so`` (cudart static, ``-ltvm_ffi``, like the
-   project's own JIT modules) and write ``flashinfer_norm_act.json`` beside it: versions, flags
+   -DENABLE_BF16 -DENABLE_FP8) and its include order (``jit/cpp_ext.py``: the vendored CCCL
+   before the toolkit's), against the installed apache-tvm-ffi's headers. Sampling draws with
+   cuRAND's Philox (device functions, header-only): where the toolkit lacks cuRAND's headers they
+   come from the ``nvidia-curand`` wheel of the toolkit's CUDA release. Headers that no library
+   uses anything from (cuBLAS, and cuRAND for norm/act) get empty stubs where the toolkit lacks
+   them;
+4. link ``.peers/flashinfer/flashinfer_<library>.so`` (cudart static, ``-ltvm_ffi``, like the
+   project's own JIT modules) and write ``flashinfer_<library>.json`` beside it: versions, flags
    and the exported functions, which the benchmark records.
 
-Carry ``.peers/flashinfer`` to the device (a few MB); ``shared/bench/peers.py`` finds the library
-there or through ``KERNELS_PEER_FLASHINFER=<path to the .so>``. This is FlashInfer's CUDA path
-(``FLASHINFER_USE_CUDA_NORM=1``); its default Hopper norms are CuTe-DSL, not built here.
+Carry ``.peers/flashinfer`` to the device (a few MB); ``shared/bench/peers.py`` finds the
+libraries there or in the folder that ``KERNELS_PEER_FLASHINFER`` names. This is FlashInfer's CUDA
+path (``FLASHINFER_USE_CUDA_NORM=1``); its default Hopper norms are CuTe-DSL, not built here.
 """
 
 from __future__ import annotations
@@ -37,14 +44,17 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / ".peers"
 OUT_DIR = PEERS / "flashinfer"
 BUILD_DIR = PEERS / "build" / "flashinfer"
-LIBRARY = "flashinfer_norm_act.so"
 VERSION = "0.7.2.post1"  # reference/peers-and-targets.md section 1
+# cuRAND of CUDA 13.0 (nvcc's release here), for its device headers only (the wheel's
+# libcurand.so is not used: Philox is header-only).
+CURAND_VERSION = "10.4.0.35"
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 NORM_FUNCTIONS = (
     "rmsnorm",
@@ -53,11 +63,25 @@ NORM_FUNCTIONS = (
     "gemma_fused_add_rmsnorm",
     "layernorm",
 )
+# Every function of flashinfer_sampling_binding.cu (its JIT module exports them all).
+SAMPLING_FUNCTIONS = (
+    "softmax",
+    "sampling_from_probs",
+    "sampling_from_logits",
+    "top_k_sampling_from_probs",
+    "min_p_sampling_from_probs",
+    "top_p_sampling_from_probs",
+    "top_k_top_p_sampling_from_probs",
+    "top_k_renorm_probs",
+    "top_p_renorm_probs",
+    "top_k_mask_logits",
+    "chain_speculative_sampling",
+)
 GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
 # What flashinfer/jit/core.py (gen_jit_spec, use_fast_math=True, not debug) and cpp_ext.py pass
-# to nvcc for every module, then what jit/norm.py adds; without the FLASHINFER_ENABLE_* switches
-# every bf16 call fails to dispatch.
-JIT_FLAGS = (
+# to nvcc for every module; without the FLASHINFER_ENABLE_* switches every bf16 call fails to
+# dispatch.
+COMMON_FLAGS = (
     "-std=c++17",
     "-use_fast_math",
     "-Xfatbin=-compress-all",
@@ -74,14 +98,49 @@ JIT_FLAGS = (
     "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",
     "-DFLASHINFER_ENABLE_FP8_E8M0",
     "-DFLASHINFER_ENABLE_FP4_E2M1",
-    "-DENABLE_BF16",
-    "-DENABLE_FP8",
 )
+# jit/env.py: CCCL_INCLUDE_DIRS, put before the toolkit's CCCL with -I (jit/cpp_ext.py)
+CCCL_DIRS = ("cccl/cub", "cccl/libcudacxx/include", "cccl/thrust")
 STUB_HEADERS = ("cublasLt.h", "cublas_v2.h", "curand_kernel.h")
+CURAND_HEADER = "curand_kernel.h"
+
+
+@dataclass(frozen=True)
+class Library:
+    """One library: the ``data/csrc`` sources of one FlashInfer JIT module, compiled with its
+    ``extra_cuda_cflags``; ``functions`` must all be exported."""
+
+    csrc: tuple[str, ...]
+    functions: tuple[str, ...]
+    flags: tuple[str, ...] = ()
+    activations: bool = False  # plus the *_and_mul sources rendered from jit/activation.py
+    curand: bool = False  # uses cuRAND's Philox: the real headers, never a stub
+    note: str = ""
+
+
+LIBRARIES = {
+    "norm_act": Library(
+        csrc=("norm.cu", "flashinfer_norm_binding.cu"),
+        functions=(*NORM_FUNCTIONS, *(f"{a}_and_mul" for a in ACTIVATIONS)),
+        flags=("-DENABLE_BF16", "-DENABLE_FP8"),  # jit/norm.py
+        activations=True,
+        note="CUDA (FLASHINFER_USE_CUDA_NORM=1), not the CuTe-DSL Hopper default",
+    ),
+    "sampling": Library(
+        csrc=("sampling.cu", "renorm.cu", "flashinfer_sampling_binding.cu"),
+        functions=SAMPLING_FUNCTIONS,
+        curand=True,
+        note="CUDA sampling module (jit/sampling.py: gen_sampling_module)",
+    ),
+}
 WHEEL_MEMBERS = (
     "flashinfer/data/include/flashinfer/",
-    "flashinfer/data/csrc/norm.cu",
-    "flashinfer/data/csrc/flashinfer_norm_binding.cu",
+    # only the header trees of the three CCCL folders
+    "flashinfer/data/cccl/cub/cub/",
+    "flashinfer/data/cccl/libcudacxx/include/",
+    "flashinfer/data/cccl/thrust/thrust/",
+    *sorted({f"flashinfer/data/csrc/{f}" for lib in LIBRARIES.values() for f in lib.csrc}),
+    "flashinfer/data/csrc/sampling_utils.h",
     "flashinfer/data/csrc/tvm_ffi_utils.h",
     "flashinfer/jit/activation.py",
     "flashinfer/__init__.py",
@@ -92,11 +151,12 @@ def log(message: str) -> None:
     print(f"build_flashinfer_peer: {message}", flush=True)
 
 
-def download(version: str, wheel_dir: Path) -> Path:
-    pattern = f"flashinfer_python-{version}-*.whl"
+def download(dist: str, version: str, wheel_dir: Path, size: str) -> Path:
+    """The wheel of ``dist==version`` in ``wheel_dir``, fetched with ``pip download`` once."""
+    pattern = f"{dist.replace('-', '_')}-{version}-*.whl"
     found = sorted(wheel_dir.glob(pattern))
     if not found:
-        log(f"downloading flashinfer-python=={version} (about 62 MB)")
+        log(f"downloading {dist}=={version} (about {size})")
         subprocess.run(
             [
                 sys.executable,
@@ -108,7 +168,7 @@ def download(version: str, wheel_dir: Path) -> Path:
                 "-q",
                 "-d",
                 str(wheel_dir),
-                f"flashinfer-python=={version}",
+                f"{dist}=={version}",
             ],
             check=True,
         )
@@ -178,17 +238,55 @@ def activation_sources(src: Path, gen: Path) -> list[Path]:
     return sources
 
 
-def stub_dir(nvcc: str, build: Path) -> Path:
-    """Empty headers for those of ``STUB_HEADERS`` that the toolkit does not have: trtllm's
-    cudaUtils.h includes them for declarations the norm kernels never use."""
-    toolkit_include = Path(nvcc).resolve().parent.parent / "include"
+def toolkit_include(nvcc: str) -> Path:
+    """The CUDA toolkit's include folder, as nvcc itself reports it (``nvcc`` may be a wrapper
+    script outside the toolkit)."""
+    dry = subprocess.run(
+        [nvcc, "-dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull],
+        capture_output=True,
+        text=True,
+    )
+    found = re.search(r'INCLUDES="-I([^"]+?)"', dry.stdout + dry.stderr)
+    if found is None:
+        raise SystemExit(f"{nvcc} -dryrun names no include folder")
+    return Path(found.group(1).strip()).resolve()
+
+
+def curand_headers(toolkit: Path, wheel_dir: Path, build: Path) -> tuple[Path | None, str]:
+    """The folder of cuRAND's headers to add (None: the toolkit has them) and where they are
+    from. FlashInfer's JIT finds them in ``$CUDA_HOME/include``; a toolkit installed without
+    cuRAND gets those of the ``nvidia-curand`` wheel of its release."""
+    if (toolkit / CURAND_HEADER).exists():
+        return None, f"toolkit {toolkit}"
+    wheel = download("nvidia-curand", CURAND_VERSION, wheel_dir, "60 MB")
+    dest = build / "curand" / "include"
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    with zipfile.ZipFile(wheel) as archive:
+        headers = [
+            n for n in archive.namelist() if re.fullmatch(r"nvidia/cu\d+/include/[^/]+\.h", n)
+        ]
+        for name in headers:
+            (dest / Path(name).name).write_bytes(archive.read(name))
+    if not (dest / CURAND_HEADER).exists():
+        raise SystemExit(f"{wheel.name} has no {CURAND_HEADER}: the recipe needs updating")
+    return dest, wheel.name
+
+
+def stub_dir(toolkit: Path, build: Path, provided: tuple[Path, ...]) -> Path:
+    """Empty headers for those of ``STUB_HEADERS`` found neither in the toolkit nor in
+    ``provided`` folders: trtllm's cudaUtils.h includes them for declarations the norm and
+    activation kernels never use."""
     stubs = build / "stubs"
-    stubs.mkdir(parents=True, exist_ok=True)
+    if stubs.exists():
+        shutil.rmtree(stubs)
+    stubs.mkdir(parents=True)
     for header in STUB_HEADERS:
-        if not (toolkit_include / header).exists():
+        if not any((folder / header).exists() for folder in (toolkit, *provided)):
             (stubs / header).write_text(
-                f"// empty stub: {header} is not in this CUDA toolkit and the norm and activation "
-                "kernels use nothing from it\n"
+                f"// empty stub: {header} is not in this CUDA toolkit and the kernels built "
+                "with it use nothing from it\n"
             )
     return stubs
 
@@ -231,39 +329,50 @@ def needed(library: Path) -> list[str]:
     return [line.split()[-1] for line in dump.stdout.splitlines() if "NEEDED" in line]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--version", default=VERSION, help="flashinfer-python version")
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help="folder of the .so to carry")
-    parser.add_argument("--build", type=Path, default=BUILD_DIR, help="wheel, sources, objects")
-    parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
-    parser.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
-    args = parser.parse_args(argv)
+def cccl_version(src: Path) -> str:
+    header = src / "flashinfer/data/cccl/libcudacxx/include/cuda/std/__cccl/version.h"
+    found = re.search(r"#define CCCL_VERSION (\d+)", header.read_text())
+    if found is None:
+        return "?"
+    v = int(found.group(1))
+    return f"{v // 1000000}.{v // 1000 % 1000}.{v % 1000}"
 
-    import tvm_ffi
+
+def build(
+    name: str, args: argparse.Namespace, wheel: Path, src: Path, toolkit: Path, nvcc_version: str
+) -> Path:
+    """Compile, link and check ``flashinfer_<name>.so``; write its manifest; return its path."""
+    from tvm_ffi import __version__ as tvm_ffi_version
     from tvm_ffi import libinfo
 
-    wheel = download(args.version, args.build / "wheel")
-    src = unpack(wheel, args.build / "src")
+    lib = LIBRARIES[name]
+    work = args.build / name
     data = src / "flashinfer" / "data"
-    sources = [data / "csrc" / "norm.cu", data / "csrc" / "flashinfer_norm_binding.cu"]
-    sources += activation_sources(src, args.build / "generated")
-    stubs = stub_dir(args.nvcc, args.build)
+    sources = [data / "csrc" / f for f in lib.csrc]
+    if lib.activations:
+        sources += activation_sources(src, work / "generated")
+    curand, curand_from = (
+        curand_headers(toolkit, args.build / "wheel", args.build) if lib.curand else (None, "")
+    )
+    stubs = stub_dir(toolkit, work, (curand,) if curand else ())
     flags = [
-        *JIT_FLAGS,
+        *COMMON_FLAGS,
+        *lib.flags,
         GENCODE,
+        *(f"-I{data / d}" for d in CCCL_DIRS),
         f"-I{data / 'include'}",
         f"-I{data / 'csrc'}",
         f"-I{libinfo.find_include_path()}",
         f"-I{libinfo.find_dlpack_include_path()}",
+        *(["-isystem", str(curand)] if curand else []),
         "-Xcompiler",
         "-idirafter",
         "-Xcompiler",
         str(stubs),
     ]
-    objects = compile_all(args.nvcc, sources, flags, args.build / "obj", args.jobs)
+    objects = compile_all(args.nvcc, sources, flags, work / "obj", args.jobs)
     args.out.mkdir(parents=True, exist_ok=True)
-    library = args.out / LIBRARY
+    library = args.out / f"flashinfer_{name}.so"
     tvm_lib = Path(libinfo.find_libtvm_ffi()).parent
     subprocess.run(
         [
@@ -279,32 +388,59 @@ def main(argv: list[str] | None = None) -> int:
         check=True,
     )
     functions = exported(library)
-    wanted = [*NORM_FUNCTIONS, *(f"{a}_and_mul" for a in ACTIVATIONS)]
-    absent = [f for f in wanted if f not in functions]
+    absent = [f for f in lib.functions if f not in functions]
     if absent:
         raise SystemExit(f"{library} does not export {absent}")
-    nvcc_version = subprocess.run(
-        [args.nvcc, "--version"], capture_output=True, text=True, check=True
-    ).stdout.strip()
     manifest = {
         "peer": "flashinfer",
+        "library": name,
         "flashinfer_version": args.version,
         "wheel": wheel.name,
-        "path": "CUDA (FLASHINFER_USE_CUDA_NORM=1), not the CuTe-DSL Hopper default",
-        "built_with_tvm_ffi": tvm_ffi.__version__,
-        "nvcc": nvcc_version.splitlines()[-1],
+        "path": lib.note,
+        "sources": [s.name for s in sources],
+        "built_with_tvm_ffi": tvm_ffi_version,
+        "nvcc": nvcc_version,
         "arch": GENCODE,
-        "flags": list(JIT_FLAGS),
+        "flags": [*COMMON_FLAGS, *lib.flags],
+        "cccl": f"flashinfer's vendored CCCL {cccl_version(src)}",
+        **({"curand_headers": curand_from} if lib.curand else {}),
         "stubbed_headers": sorted(p.name for p in stubs.glob("*.h")),
         "needed": needed(library),
         "functions": functions,
         "bytes": library.stat().st_size,
     }
-    (args.out / "flashinfer_norm_act.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    library.with_suffix(".json").write_text(json.dumps(manifest, indent=1) + "\n")
     log(
         f"wrote {library} ({library.stat().st_size / 2**20:.1f} MiB; needs "
-        f"{', '.join(manifest['needed'])}; exports {', '.join(wanted)})"
+        f"{', '.join(manifest['needed'])}; exports {', '.join(lib.functions)})"
     )
+    return library
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--version", default=VERSION, help="flashinfer-python version")
+    parser.add_argument(
+        "--library",
+        nargs="+",
+        choices=sorted(LIBRARIES),
+        default=list(LIBRARIES),
+        help="which libraries to build (default: all)",
+    )
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="folder of the .so to carry")
+    parser.add_argument("--build", type=Path, default=BUILD_DIR, help="wheels, sources, objects")
+    parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
+    parser.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
+    args = parser.parse_args(argv)
+
+    wheel = download("flashinfer-python", args.version, args.build / "wheel", "62 MB")
+    src = unpack(wheel, args.build / "src")
+    toolkit = toolkit_include(args.nvcc)
+    nvcc_version = subprocess.run(
+        [args.nvcc, "--version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    for name in args.library:
+        build(name, args, wheel, src, toolkit, nvcc_version.splitlines()[-1])
     log(f"carry {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
     return 0
 
