@@ -18,9 +18,9 @@
 # shapes: give it a command of its own per group, or QUICK=1, or `large`, within the 10 minutes.
 #
 # FlashInfer peer: built here (no GPU) by `python -m shared.bench.build_flashinfer_peer` into the
-# ignored .peers/flashinfer/ (flashinfer_norm_act.so, ~2 MB, and its .json); name
-# `.peers/flashinfer` in the device tool's `carry` list. When the .so is there (or
-# KERNELS_PEER_FLASHINFER names one), the benchmarks time it; it needs tvm-ffi's libtvm_ffi.so,
+# ignored .peers/flashinfer/ (flashinfer_norm_act.so, ~2 MB, flashinfer_sampling.so, ~3 MB, and
+# their .json); name `.peers/flashinfer` in the device tool's `carry` list. Where a library is there
+# (or in the folder KERNELS_PEER_FLASHINFER names), the benchmarks time it; it needs libtvm_ffi.so,
 # which is put on LD_LIBRARY_PATH below (the carried apache-tvm-ffi wheel, installed in /tmp/site).
 #
 # TESTS_K is pytest's -k expression. Run the tests in one process: with pytest-xdist (-n 8) the
@@ -78,7 +78,7 @@ if compgen -G ".peers/vllm-parts/*" >/dev/null; then
   done
 fi
 if [ -z "${KERNELS_PEER_FLASHINFER:-}" ] && compgen -G ".peers/flashinfer/*.so" >/dev/null; then
-  export KERNELS_PEER_FLASHINFER=$ROOT/$(ls .peers/flashinfer/*.so | head -1)
+  export KERNELS_PEER_FLASHINFER=$ROOT/.peers/flashinfer
 fi
 if [ -n "${KERNELS_PEER_FLASHINFER:-}" ]; then
   # The peer links libtvm_ffi.so (by soname); tvm_ffi loads it first anyway, this makes sure.

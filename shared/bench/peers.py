@@ -7,9 +7,10 @@ the record of which peers ran.
   graph); the other shapes share the default automatic-dynamic graph. Every row says which
   (``compile``: ``static`` or ``auto``) and how long its first call took (``compile_s``).
 - ``liger``: Liger-Kernel (Triton), where ``liger_kernel`` is importable.
-- ``flashinfer``: FlashInfer's CUDA norm and activation kernels, built from its headers by
-  ``shared/bench/build_flashinfer_peer.py`` into ``.peers/flashinfer/flashinfer_norm_act.so``
-  (or the path in ``KERNELS_PEER_FLASHINFER``) and loaded with ``tvm_ffi.load_module``.
+- ``flashinfer``: FlashInfer's CUDA kernels, built from its headers by
+  ``shared/bench/build_flashinfer_peer.py`` into ``.peers/flashinfer/flashinfer_<library>.so``
+  (``norm_act``: norm and activation; ``sampling``: its sampling module), or into the folder
+  named by ``KERNELS_PEER_FLASHINFER``, and loaded with ``tvm_ffi.load_module``.
 - ``sglang``: sglang-kernel 0.4.5's sm90 library (``sgl_kernel/sm90/common_ops.abi3.so``, the
   torch-2.11 era release), extracted by ``python -m shared.bench.fetch_peers sglang`` into
   ``.peers/sglang/`` (or the path in ``KERNELS_PEER_SGLANG``) and loaded with
@@ -40,7 +41,8 @@ from shared.bench.shapes import DECODE_MAX_TOKENS, PREFILL_TOKENS
 ROOT = Path(__file__).resolve().parents[2]
 PEERS_DIR = ROOT / ".peers"  # ignored: peer binaries and sources never enter the repository
 FLASHINFER_ENV = "KERNELS_PEER_FLASHINFER"
-FLASHINFER_DEFAULT = PEERS_DIR / "flashinfer" / "flashinfer_norm_act.so"
+FLASHINFER_DEFAULT = PEERS_DIR / "flashinfer"
+FLASHINFER_LIBRARIES = ("norm_act", "sampling")  # build_flashinfer_peer.py: LIBRARIES
 COMPILE_ENV = "KERNELS_BENCH_STATIC_COMPILE"
 
 # --static-compile: which shapes the torch_compile peer compiles with a static graph of their own.
@@ -254,45 +256,53 @@ def _as_tuple(value: Any) -> tuple:
 # --- FlashInfer ---------------------------------------------------------------------------------
 
 _status: dict[str, dict] = {}
+_flashinfer_status: dict[str, dict] = {}  # per library
 
 
-def flashinfer_path() -> Path | None:
-    """The library to load: ``$KERNELS_PEER_FLASHINFER`` (``0``/``off`` disables the peer), else
-    ``.peers/flashinfer/flashinfer_norm_act.so``."""
+def flashinfer_path(library: str = "norm_act") -> Path | None:
+    """The library to load: ``flashinfer_<library>.so`` in the folder ``$KERNELS_PEER_FLASHINFER``
+    (a path to a .so stands for its folder; ``0``/``off`` disables the peer), else in
+    ``.peers/flashinfer/``."""
     value = os.environ.get(FLASHINFER_ENV, "")
     if value.lower() in ("0", "off", "no", "false"):
         return None
-    return Path(value).expanduser().resolve() if value else FLASHINFER_DEFAULT
+    folder = Path(value).expanduser().resolve() if value else FLASHINFER_DEFAULT
+    if folder.suffix == ".so":
+        folder = folder.parent
+    return folder / f"flashinfer_{library}.so"
 
 
 @functools.cache
-def flashinfer() -> Any | None:
-    """FlashInfer's norm and activation functions (a tvm-ffi module), or None when absent.
+def flashinfer(library: str = "norm_act") -> Any | None:
+    """One of FlashInfer's libraries (a tvm-ffi module), or None when absent.
 
-    Calls follow its Python wrappers: ``rmsnorm(out, x, w, eps, enable_pdl)``,
+    ``norm_act`` calls follow its Python wrappers: ``rmsnorm(out, x, w, eps, enable_pdl)``,
     ``fused_add_rmsnorm(x, residual, w, eps, enable_pdl)`` (in place), the ``gemma_`` variants
     alike, ``layernorm(out, x, gamma_fp32, beta_fp32, eps)`` (bf16 x only),
     ``silu_and_mul(out, x, enable_pdl)`` and ``gelu_and_mul``/``gelu_tanh_and_mul``.
+    ``sampling`` calls: see shared/bench/suites/sampling.py.
     """
-    path = flashinfer_path()
+    if library not in FLASHINFER_LIBRARIES:
+        raise ValueError(f"flashinfer: unknown library {library!r} ({FLASHINFER_LIBRARIES})")
+    path = flashinfer_path(library)
     if path is None:
-        _status["flashinfer"] = {"status": "disabled", "by": f"{FLASHINFER_ENV}=0"}
+        _flashinfer_status[library] = {"status": "disabled", "by": f"{FLASHINFER_ENV}=0"}
         return None
     if not path.is_file():
-        _status["flashinfer"] = {
+        _flashinfer_status[library] = {
             "status": "absent",
             "looked_for": str(path),
             "hint": "python -m shared.bench.build_flashinfer_peer, then carry .peers/flashinfer",
         }
         if os.environ.get(FLASHINFER_ENV):
-            print(f"peers: {FLASHINFER_ENV}={path} does not exist: flashinfer skipped")
+            print(f"peers: {path} does not exist: flashinfer {library} skipped")
         return None
     try:
         import tvm_ffi
 
         module = tvm_ffi.load_module(str(path))
     except Exception as exc:  # a library that does not load is reported, not fatal
-        _status["flashinfer"] = {
+        _flashinfer_status[library] = {
             "status": "failed",
             "path": str(path),
             "error": f"{type(exc).__name__}: {exc}"[:500],
@@ -303,10 +313,20 @@ def flashinfer() -> Any | None:
     manifest = path.with_suffix(".json")  # written by build_flashinfer_peer.py
     if manifest.is_file():
         info = json.loads(manifest.read_text())
-        keys = ("flashinfer_version", "path", "built_with_tvm_ffi", "nvcc", "arch")
+        keys = ("flashinfer_version", "path", "built_with_tvm_ffi", "nvcc", "arch", "cccl")
         status["build"] = {key: info[key] for key in keys if key in info}
-    _status["flashinfer"] = status
+    _flashinfer_status[library] = status
     return module
+
+
+def flashinfer_status() -> dict:
+    """The peer's record: that of the first library loaded (else of the first asked for), and
+    ``libraries``: each library asked for and its status."""
+    if not _flashinfer_status:
+        return {"status": "not requested"}
+    infos = list(_flashinfer_status.values())
+    first = next((i for i in infos if i["status"] == "loaded"), infos[0])
+    return dict(first) | {"libraries": {k: v["status"] for k, v in _flashinfer_status.items()}}
 
 
 def flashinfer_pdl() -> bool:
@@ -409,7 +429,7 @@ def describe(ran: set[str] | None = None) -> dict:
         "liger": {"status": "loaded", "version": liger}
         if liger or has("liger_kernel")
         else {"status": "absent"},
-        "flashinfer": dict(_status.get("flashinfer", {"status": "not requested"})),
+        "flashinfer": flashinfer_status(),
         "sglang": dict(_status.get("sglang", {"status": "not requested"})),
         "vllm": dict(_status.get("vllm", {"status": "not requested"})),
     }

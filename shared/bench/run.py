@@ -6,8 +6,9 @@
 ``--static-compile`` (default ``$KERNELS_BENCH_STATIC_COMPILE`` or ``targets``) picks the shapes
 where the torch_compile peer gets a static graph of its own (``peers.COMPILE_MODES``); a static
 compile costs ~2 s of host time per shape on the H200's host, so ``all`` over the full grid of the
-three groups (~270 shapes) does not fit one 10-minute device command. FlashInfer runs where
-``.peers/flashinfer/flashinfer_norm_act.so`` (or ``$KERNELS_PEER_FLASHINFER``) exists.
+three groups (~270 shapes) does not fit one 10-minute device command. FlashInfer runs where its
+libraries ``flashinfer_<library>.so`` are in ``.peers/flashinfer/`` (or in
+``$KERNELS_PEER_FLASHINFER``).
 
 A suite is ``shared/bench/suites/<group>.py`` with ``cases(quick: bool) -> Iterable[Case]`` and
 optionally ``extra() -> dict`` (more top-level JSON keys, e.g. JIT timings).
@@ -156,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     copy = harness.copy_gbps()
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy:.0f} GB/s (read + write)")
-    for load in (peers.flashinfer, peers.sglang, peers.vllm):
-        load()  # load (or record as absent) before the suites ask
+    for library in peers.FLASHINFER_LIBRARIES:
+        peers.flashinfer(library)  # load (or record as absent) before the suites ask
+    for load in (peers.sglang, peers.vllm):
+        load()
     for name, info in peers.describe().items():
         print(f"peer {name}: " + ", ".join(f"{k}={v}" for k, v in info.items() if k != "ran"))
     commit_id = commit()

@@ -1,6 +1,9 @@
 """Benchmarks of the sampling group's filtering ops: our CUDA kernels (csrc/filters.cuh) against
-torch eager (the sort-based reference), torch.compile of the reference, and sglang-kernel 0.4.5's
-FlashInfer-derived kernels (top_k_renorm_probs, top_p_renorm_probs, top_k_mask_logits).
+torch eager (the sort-based reference), torch.compile of the reference, sglang-kernel 0.4.5's
+FlashInfer-derived kernels (top_k_renorm_probs, top_p_renorm_probs, top_k_mask_logits) and
+FlashInfer 0.7.2.post1's own (the same three: its multi-CTA radix top-k and AIR top-p, built by
+shared/bench/build_flashinfer_peer.py; FlashInfer has no min_p_renorm_probs), each checked
+against the reference at its first call.
 
 Shapes: [B, V] with V = 128256 (Llama-3 vocabulary) fp32, B in 1..512; k = 50, p = 0.9,
 min_p = 0.05; probabilities are the softmax of randn * 3 logits. ``bytes`` is the minimum traffic
@@ -8,7 +11,8 @@ min_p = 0.05; probabilities are the softmax of randn * 3 logits. ``bytes`` is th
 our kernels read the row 3-4 times (L2 absorbs part of it) and write it once.
 
 The sampling ops (sampling_from_probs, top_k_top_p_sampling_from_probs, see draw_cases) are timed
-against torch eager and torch.compile only; B in 1..256.
+against torch eager and torch.compile only (the peers draw with their own RNG, so their samples
+cannot be checked against the reference); B in 1..256.
 """
 
 from __future__ import annotations
@@ -20,13 +24,33 @@ import torch
 import kernels_sampling as sampling  # the public ops, resolved lazily by the group
 from kernels_sampling import reference
 from shared.bench.harness import Case
-from shared.bench.peers import Checked, sglang, torch_compile
+from shared.bench.peers import Checked, flashinfer, sglang, torch_compile
 
 DTYPE = torch.float32
 VOCAB = 128256
 BATCHES = (1, 16, 64, 128, 512)
 QUICK_BATCHES = (1, 128)
 TOP_K, TOP_P, MIN_P = 50, 0.9, 0.05
+# FlashInfer's multi-CTA radix top-k keeps per-row state across its CTAs in a buffer that must
+# start zeroed (it resets it at the end of each launch): 1 MiB, as flashinfer/sampling.py
+# allocates it.
+FI_ROW_STATES_BYTES = 1 << 20
+
+
+def fi_top_p_workspace_bytes(batch: int, vocab: int = VOCAB) -> int:
+    """The AIR top-p workspace of ``top_p_renorm_probs`` (not deterministic: float histograms),
+    sized as flashinfer/sampling.py sizes it (GetAirTopPRenormWorkspaceSize in air_top_p.cuh)."""
+
+    def align(n: int) -> int:
+        return (n + 255) // 256 * 256
+
+    buf_len = max(align(vocab // 32), 256)  # fp32: 1/32 of the row per candidate buffer
+    return (
+        align(384 * batch)  # counters
+        + align(4 * 2048 * batch)  # histogram (float)
+        + align(4 * 2048 * batch)  # count histogram
+        + 2 * align(4 * buf_len * batch)  # two candidate buffers
+    )
 
 
 def _make(batch: int, *, logits: bool = False):
@@ -34,7 +58,14 @@ def _make(batch: int, *, logits: bool = False):
         x = torch.randn(batch, VOCAB, device="cuda") * 3
         if not logits:
             x = x.softmax(dim=1)
-        return {"x": x, "out": torch.empty_like(x)}
+        return {
+            "x": x,
+            "out": torch.empty_like(x),
+            "fi_row_states": torch.zeros(FI_ROW_STATES_BYTES, dtype=torch.uint8, device="cuda"),
+            "fi_workspace": torch.empty(
+                fi_top_p_workspace_bytes(batch), dtype=torch.uint8, device="cuda"
+            ),
+        }
 
     return make
 
@@ -61,8 +92,27 @@ def _sgl_peer(sgl, name: str, value, ref):
     )
 
 
+# FlashInfer's calls (flashinfer_sampling_binding.cu, as flashinfer/sampling.py makes them with a
+# scalar k/p: maybe_arr None, is_deterministic False, its default).
+_FI_CALLS = {
+    "top_k_renorm_probs": lambda fn, s, k: fn(s["x"], s["out"], None, k, False, s["fi_row_states"]),
+    "top_p_renorm_probs": lambda fn, s, p: fn(s["x"], s["out"], None, p, False, s["fi_workspace"]),
+    "top_k_mask_logits": lambda fn, s, k: fn(s["x"], s["out"], None, k, s["fi_row_states"]),
+}
+
+
+def _fi_peer(fi, name: str, value, ref):
+    fn, call = getattr(fi, name), _FI_CALLS[name]
+    return Checked(
+        lambda s: call(fn, s, value),
+        expected=lambda s: ref(s["x"], value),
+        outputs=lambda s, _: s["out"],
+    )
+
+
 def cases(quick: bool) -> Iterator[Case]:
     sgl = sglang()
+    fi = flashinfer("sampling")
     batches = QUICK_BATCHES if quick else BATCHES
     specs = (
         ("top_k_renorm_probs", TOP_K, reference.top_k_renorm_probs, False),
@@ -82,6 +132,8 @@ def cases(quick: bool) -> Iterator[Case]:
             }
             if sgl is not None and hasattr(sgl, name):
                 impls["sglang"] = _sgl_peer(sgl, name, value, ref)
+            if fi is not None and name in _FI_CALLS:
+                impls["flashinfer"] = _fi_peer(fi, name, value, ref)
             yield _case(name, batch, impls, logits=logits)
     yield from draw_cases(quick)
 
