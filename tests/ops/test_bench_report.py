@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -218,3 +219,111 @@ def test_flashinfer_activation_template_renders_like_its_jit(tmp_path):
         "silu_def": "s",
         "defs": {"silu": "s"},
     }
+
+
+def test_flashinfer_libraries_are_found_in_one_folder(monkeypatch, tmp_path):
+    peers = _peers(monkeypatch)
+    monkeypatch.delenv(peers.FLASHINFER_ENV, raising=False)
+    assert peers.flashinfer_path("sampling") == peers.FLASHINFER_DEFAULT / "flashinfer_sampling.so"
+    monkeypatch.setenv(peers.FLASHINFER_ENV, str(tmp_path))
+    assert peers.flashinfer_path() == tmp_path / "flashinfer_norm_act.so"
+    # a path to one library stands for its folder (gpu_session.sh once exported the first .so)
+    monkeypatch.setenv(peers.FLASHINFER_ENV, str(tmp_path / "flashinfer_decode.so"))
+    assert peers.flashinfer_path("sampling") == tmp_path / "flashinfer_sampling.so"
+    monkeypatch.setattr(peers, "_flashinfer_status", {})
+    assert peers.flashinfer_status() == {"status": "not requested"}
+    peers._flashinfer_status["norm_act"] = {"status": "absent"}
+    peers._flashinfer_status["sampling"] = {"status": "loaded", "path": "x.so"}
+    assert peers.flashinfer_status() == {
+        "status": "loaded",
+        "path": "x.so",
+        "libraries": {"norm_act": "absent", "sampling": "loaded"},
+    }
+    with pytest.raises(ValueError):
+        peers.flashinfer("decoder")
+
+
+def test_flashinfer_builder_stubs_only_what_nobody_provides(tmp_path):
+    from shared.bench import build_flashinfer_peer as build
+
+    toolkit, curand = tmp_path / "cuda" / "include", tmp_path / "curand"
+    toolkit.mkdir(parents=True)
+    curand.mkdir()
+    (toolkit / "cublas_v2.h").write_text("")
+    (curand / "curand_kernel.h").write_text("")
+    stubs = build.stub_dir(toolkit, tmp_path / "norm_act", ())
+    assert sorted(p.name for p in stubs.iterdir()) == ["cublasLt.h", "curand_kernel.h"]
+    stubs = build.stub_dir(toolkit, tmp_path / "sampling", (curand,))
+    assert sorted(p.name for p in stubs.iterdir()) == ["cublasLt.h"]
+    # every library's sources are unpacked from the wheel; sampling needs cuRAND for real
+    for lib in build.LIBRARIES.values():
+        assert all(f"flashinfer/data/csrc/{f}" in build.WHEEL_MEMBERS for f in lib.csrc)
+    assert build.LIBRARIES["sampling"].curand and not build.LIBRARIES["norm_act"].curand
+
+
+def test_flashinfer_builder_takes_curand_headers_from_the_toolkit_or_its_wheel(tmp_path):
+    import zipfile
+
+    from shared.bench import build_flashinfer_peer as build
+
+    toolkit, wheels = tmp_path / "include", tmp_path / "wheel"
+    toolkit.mkdir()
+    wheels.mkdir()
+    wheel = wheels / f"nvidia_curand-{build.CURAND_VERSION}-py3-none-manylinux_2_27_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name in ("curand_kernel.h", "curand_philox4x32_x.h"):
+            archive.writestr(f"nvidia/cu13/include/{name}", f"// {name}\n")
+        archive.writestr("nvidia/cu13/lib/libcurand.so.10", "not extracted")
+    folder, origin = build.curand_headers(toolkit, wheels, tmp_path / "build")
+    assert origin == wheel.name
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "curand_kernel.h",
+        "curand_philox4x32_x.h",
+    ]
+    (toolkit / "curand_kernel.h").write_text("")
+    assert build.curand_headers(toolkit, wheels, tmp_path / "build") == (None, f"toolkit {toolkit}")
+
+
+def test_flashinfer_builder_reads_the_toolkit_include_from_nvcc(tmp_path):
+    from shared.bench import build_flashinfer_peer as build
+
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text(
+        "#!/bin/sh\necho '#$ TOP=/opt/cuda/bin/..'\n"
+        "echo '#$ INCLUDES=\"-I/opt/cuda/bin/../targets/x86_64-linux/include\"  '\n"
+    )
+    nvcc.chmod(0o755)
+    assert build.toolkit_include(str(nvcc)) == Path("/opt/cuda/targets/x86_64-linux/include")
+
+
+def test_flashinfer_sampling_calls_match_its_binding(monkeypatch):
+    """Where the library is built (``.peers/flashinfer``), the suite's calls get past tvm-ffi's
+    signature check to the binding's own CUDA-tensor check: argument count and types match."""
+    peers = _peers(monkeypatch)
+    monkeypatch.delenv(peers.FLASHINFER_ENV, raising=False)
+    path = peers.flashinfer_path("sampling")
+    if not path.is_file():
+        pytest.skip(f"{path} not built (python -m shared.bench.build_flashinfer_peer)")
+    pytest.importorskip("tvm_ffi")
+    import torch
+
+    from shared.bench.suites import sampling
+
+    peers.flashinfer.cache_clear()
+    try:
+        module = peers.flashinfer("sampling")
+        x = torch.rand(2, 4096)
+        inputs = {
+            "x": x,
+            "out": torch.empty_like(x),
+            "fi_row_states": torch.zeros(sampling.FI_ROW_STATES_BYTES, dtype=torch.uint8),
+            "fi_workspace": torch.empty(
+                sampling.fi_top_p_workspace_bytes(2, 4096), dtype=torch.uint8
+            ),
+        }
+        for name, call in sampling._FI_CALLS.items():
+            value = sampling.TOP_P if "top_p" in name else sampling.TOP_K
+            with pytest.raises(RuntimeError, match="must be a CUDA tensor"):
+                call(getattr(module, name), inputs, value)
+    finally:
+        peers.flashinfer.cache_clear()
