@@ -1,7 +1,8 @@
 """Build FlashInfer's CUDA kernels into tvm-ffi libraries, benchmark peers: norm and activation
-(``flashinfer_norm_act.so``) and sampling (``flashinfer_sampling.so``).
+(``flashinfer_norm_act.so``), sampling (``flashinfer_sampling.so``) and paged decode attention
+(``flashinfer_decode.so``).
 
-    python -m shared.bench.build_flashinfer_peer [--library norm_act sampling] [--jobs 8]
+    python -m shared.bench.build_flashinfer_peer [--library norm_act sampling decode] [--jobs 8]
 
 No GPU is needed: run it on the CPU machine (nvcc 13 and apache-tvm-ffi installed) and carry the
 result to the H200, where FlashInfer itself cannot be imported (GPU.md, "Peers on the H200").
@@ -14,7 +15,11 @@ Steps, all under the ignored folder ``.peers/`` (FlashInfer's code is never comm
    ``flashinfer_norm_binding.cu``) plus the ``*_and_mul`` sources rendered from the template in
    ``flashinfer/jit/activation.py`` exactly as its JIT does (silu, gelu, gelu_tanh); ``sampling``
    (``sampling.cu``, ``renorm.cu``, ``flashinfer_sampling_binding.cu``, as
-   ``jit/sampling.py: gen_sampling_module``);
+   ``jit/sampling.py: gen_sampling_module``); ``decode``: the batch decode module that
+   ``BatchDecodeWithPagedKVCacheWrapper.plan`` builds for bf16 q/kv/o, int32 indices, head_dim
+   128 (``DECODE_URI``), its jinja templates rendered with jinja2 from the kwargs of
+   ``jit/attention/modules.py: gen_customize_batch_decode_module``, with FlashInfer's own dtype
+   maps and ``generate_additional_params`` (its JIT helper files import only torch);
 3. compile them for sm_90a with the flags its JIT passes (``jit/core.py: gen_jit_spec``: -O3,
    -use_fast_math, -DNDEBUG, the FLASHINFER_ENABLE_* dtype switches, plus the norm module's
    -DENABLE_BF16 -DENABLE_FP8) and its include order (``jit/cpp_ext.py``: the vendored CCCL
@@ -37,6 +42,7 @@ from __future__ import annotations
 import argparse
 import ast
 import concurrent.futures
+import importlib.util
 import json
 import os
 import re
@@ -44,6 +50,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,44 +112,28 @@ STUB_HEADERS = ("cublasLt.h", "cublas_v2.h", "curand_kernel.h")
 CURAND_HEADER = "curand_kernel.h"
 
 
-@dataclass(frozen=True)
-class Library:
-    """One library: the ``data/csrc`` sources of one FlashInfer JIT module, compiled with its
-    ``extra_cuda_cflags``; ``functions`` must all be exported."""
-
-    csrc: tuple[str, ...]
-    functions: tuple[str, ...]
-    flags: tuple[str, ...] = ()
-    activations: bool = False  # plus the *_and_mul sources rendered from jit/activation.py
-    curand: bool = False  # uses cuRAND's Philox: the real headers, never a stub
-    note: str = ""
-
-
-LIBRARIES = {
-    "norm_act": Library(
-        csrc=("norm.cu", "flashinfer_norm_binding.cu"),
-        functions=(*NORM_FUNCTIONS, *(f"{a}_and_mul" for a in ACTIVATIONS)),
-        flags=("-DENABLE_BF16", "-DENABLE_FP8"),  # jit/norm.py
-        activations=True,
-        note="CUDA (FLASHINFER_USE_CUDA_NORM=1), not the CuTe-DSL Hopper default",
-    ),
-    "sampling": Library(
-        csrc=("sampling.cu", "renorm.cu", "flashinfer_sampling_binding.cu"),
-        functions=SAMPLING_FUNCTIONS,
-        curand=True,
-        note="CUDA sampling module (jit/sampling.py: gen_sampling_module)",
-    ),
-}
+# The wheel's files the libraries need: headers, entry points, templates and the JIT's Python
+# files whose strings and helpers render them.
 WHEEL_MEMBERS = (
     "flashinfer/data/include/flashinfer/",
     # only the header trees of the three CCCL folders
     "flashinfer/data/cccl/cub/cub/",
     "flashinfer/data/cccl/libcudacxx/include/",
     "flashinfer/data/cccl/thrust/thrust/",
-    *sorted({f"flashinfer/data/csrc/{f}" for lib in LIBRARIES.values() for f in lib.csrc}),
+    "flashinfer/data/csrc/norm.cu",
+    "flashinfer/data/csrc/flashinfer_norm_binding.cu",
+    "flashinfer/data/csrc/sampling.cu",
+    "flashinfer/data/csrc/renorm.cu",
+    "flashinfer/data/csrc/flashinfer_sampling_binding.cu",
     "flashinfer/data/csrc/sampling_utils.h",
+    "flashinfer/data/csrc/batch_decode.cu",
+    "flashinfer/data/csrc/batch_decode_jit_binding.cu",
+    "flashinfer/data/csrc/batch_decode_customize_config.jinja",
+    "flashinfer/data/csrc/batch_decode_kernel_inst.jinja",
     "flashinfer/data/csrc/tvm_ffi_utils.h",
     "flashinfer/jit/activation.py",
+    "flashinfer/jit/utils.py",
+    "flashinfer/jit/attention/utils.py",
     "flashinfer/__init__.py",
 )
 
@@ -236,6 +227,113 @@ def activation_sources(src: Path, gen: Path) -> list[Path]:
         path.write_text(render_activation(template, act, defs[act]))
         sources.append(path)
     return sources
+
+
+# The decode module that BatchDecodeWithPagedKVCacheWrapper.plan builds by default
+# (use_tensor_cores False) for Llama GQA: bf16 q/kv/o, int32 indices, head_dim 128, no positional
+# encoding, no sliding window (window_left -1), no logits cap.
+DECODE_URI = (
+    "batch_decode_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_"
+    "head_dim_qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False"
+)
+DECODE_FUNCTIONS = ("plan", "workspace_size", "run")
+
+
+def _load(path: Path, name: str):
+    """A FlashInfer JIT helper file that imports only torch, loaded without its package."""
+    spec = importlib.util.spec_from_file_location(f"kernels_peer_fi_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def decode_sources(src: Path, gen: Path) -> list[Path]:
+    """What ``jit/attention/modules.py: gen_batch_decode_module`` writes for ``DECODE_URI``: its
+    kwargs (FlashInfer's own dtype maps and ``generate_additional_params``), the two jinja
+    templates rendered with jinja2 as its JIT does, and the copied ``batch_decode.cu`` and binding
+    beside the generated ``batch_decode_config.inc`` they include."""
+    import jinja2
+    import torch
+
+    jit, csrc = src / "flashinfer" / "jit", src / "flashinfer" / "data" / "csrc"
+    utils = _load(jit / "utils.py", "jit_utils")
+    decl, func_params, setter = _load(
+        jit / "attention" / "utils.py", "attention_utils"
+    ).generate_additional_params(
+        ["maybe_alibi_slopes"],
+        ["float"],
+        ["logits_soft_cap", "sm_scale", "rope_rcp_scale", "rope_rcp_theta"],
+        ["double", "double", "double", "double"],
+    )
+    pos_encoding_mode, use_sliding_window, use_logits_soft_cap = 0, False, False
+    kwargs = {
+        "additional_params_decl": decl,
+        "additional_func_params": func_params,
+        "additional_params_setter": setter,
+        "variant_decl": "#include<flashinfer/attention/variants.cuh>",
+        "variant_name": f"DefaultAttention<false, {str(use_sliding_window).lower()}, "
+        f"{str(use_logits_soft_cap).lower()}, {str(pos_encoding_mode == 2).lower()}>",
+        "dtype_q": utils.dtype_map[torch.bfloat16],
+        "dtype_kv": utils.dtype_map_kv[torch.bfloat16],
+        "dtype_o": utils.dtype_map[torch.bfloat16],
+        "idtype": utils.dtype_map[torch.int32],
+        "head_dim_qk": 128,
+        "head_dim_vo": 128,
+        "pos_encoding_mode": utils.pos_encoding_mode_literal[pos_encoding_mode],
+        "use_sliding_window": str(use_sliding_window).lower(),
+        "use_logits_soft_cap": str(use_logits_soft_cap).lower(),
+    }
+    gen = gen / DECODE_URI
+    gen.mkdir(parents=True, exist_ok=True)
+
+    def render(template: str) -> str:
+        return jinja2.Template((csrc / template).read_text()).render(**kwargs)
+
+    (gen / "batch_decode_config.inc").write_text(render("batch_decode_customize_config.jinja"))
+    (gen / "batch_decode_kernel.cu").write_text(render("batch_decode_kernel_inst.jinja"))
+    for name in ("batch_decode.cu", "batch_decode_jit_binding.cu"):
+        shutil.copyfile(csrc / name, gen / name)
+    return [
+        gen / n
+        for n in ("batch_decode_kernel.cu", "batch_decode.cu", "batch_decode_jit_binding.cu")
+    ]
+
+
+@dataclass(frozen=True)
+class Library:
+    """One library: the sources of one FlashInfer JIT module (``csrc`` from ``data/csrc``, and
+    what ``generate(src, folder)`` renders as its JIT would), compiled with its
+    ``extra_cuda_cflags``; ``functions`` must all be exported."""
+
+    functions: tuple[str, ...]
+    csrc: tuple[str, ...] = ()
+    generate: Callable[[Path, Path], list[Path]] | None = None
+    flags: tuple[str, ...] = ()
+    curand: bool = False  # uses cuRAND's Philox: the real headers, never a stub
+    note: str = ""
+
+
+LIBRARIES = {
+    "norm_act": Library(
+        functions=(*NORM_FUNCTIONS, *(f"{a}_and_mul" for a in ACTIVATIONS)),
+        csrc=("norm.cu", "flashinfer_norm_binding.cu"),
+        generate=activation_sources,
+        flags=("-DENABLE_BF16", "-DENABLE_FP8"),  # jit/norm.py
+        note="CUDA (FLASHINFER_USE_CUDA_NORM=1), not the CuTe-DSL Hopper default",
+    ),
+    "sampling": Library(
+        functions=SAMPLING_FUNCTIONS,
+        csrc=("sampling.cu", "renorm.cu", "flashinfer_sampling_binding.cu"),
+        curand=True,
+        note="CUDA sampling module (jit/sampling.py: gen_sampling_module)",
+    ),
+    # _fa2_head_dim_nvcc_flags adds no flags at head_dim 128
+    "decode": Library(
+        functions=DECODE_FUNCTIONS,
+        generate=decode_sources,
+        note=f"FA2 paged decode module {DECODE_URI} (jit/attention/modules.py)",
+    ),
+}
 
 
 def toolkit_include(nvcc: str) -> Path:
@@ -349,8 +447,8 @@ def build(
     work = args.build / name
     data = src / "flashinfer" / "data"
     sources = [data / "csrc" / f for f in lib.csrc]
-    if lib.activations:
-        sources += activation_sources(src, work / "generated")
+    if lib.generate is not None:
+        sources += lib.generate(src, work / "generated")
     curand, curand_from = (
         curand_headers(toolkit, args.build / "wheel", args.build) if lib.curand else (None, "")
     )
