@@ -18,10 +18,12 @@
 # shapes: give it a command of its own per group, or QUICK=1, or `large`, within the 10 minutes.
 #
 # FlashInfer peer: built here (no GPU) by `python -m shared.bench.build_flashinfer_peer` into the
-# ignored .peers/flashinfer/ (flashinfer_norm_act.so, ~2 MB, flashinfer_sampling.so, ~3 MB, and
-# their .json); name `.peers/flashinfer` in the device tool's `carry` list. Where a library is there
-# (or in the folder KERNELS_PEER_FLASHINFER names), the benchmarks time it; it needs libtvm_ffi.so,
-# which is put on LD_LIBRARY_PATH below (the carried apache-tvm-ffi wheel, installed in /tmp/site).
+# ignored .peers/flashinfer/ (flashinfer_norm_act.so, ~2 MB, flashinfer_sampling.so, ~3 MB,
+# flashinfer_decode.so, ~1.5 MB, and their .json); name `.peers/flashinfer` in the device tool's
+# `carry` list (not .peers/build: its wheels, sources and objects, ~160 MB). Where a library is
+# there (or in the folder KERNELS_PEER_FLASHINFER names), the benchmarks time it; it needs
+# libtvm_ffi.so, which is put on LD_LIBRARY_PATH below (the carried apache-tvm-ffi wheel,
+# installed in /tmp/site).
 #
 # TESTS_K is pytest's -k expression. Run the tests in one process: with pytest-xdist (-n 8) the
 # three groups' GPU tests had reached 32% after 10 minutes, where one process runs them all in

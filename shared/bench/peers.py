@@ -9,7 +9,8 @@ the record of which peers ran.
 - ``liger``: Liger-Kernel (Triton), where ``liger_kernel`` is importable.
 - ``flashinfer``: FlashInfer's CUDA kernels, built from its headers by
   ``shared/bench/build_flashinfer_peer.py`` into ``.peers/flashinfer/flashinfer_<library>.so``
-  (``norm_act``: norm and activation; ``sampling``: its sampling module), or into the folder
+  (``norm_act``: norm and activation; ``sampling``: its sampling module; ``decode``: its paged
+  decode attention for bf16, head_dim 128), or into the folder
   named by ``KERNELS_PEER_FLASHINFER``, and loaded with ``tvm_ffi.load_module``.
 - ``sglang``: sglang-kernel 0.4.5's sm90 library (``sgl_kernel/sm90/common_ops.abi3.so``, the
   torch-2.11 era release), extracted by ``python -m shared.bench.fetch_peers sglang`` into
@@ -42,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PEERS_DIR = ROOT / ".peers"  # ignored: peer binaries and sources never enter the repository
 FLASHINFER_ENV = "KERNELS_PEER_FLASHINFER"
 FLASHINFER_DEFAULT = PEERS_DIR / "flashinfer"
-FLASHINFER_LIBRARIES = ("norm_act", "sampling")  # build_flashinfer_peer.py: LIBRARIES
+FLASHINFER_LIBRARIES = ("norm_act", "sampling", "decode")  # build_flashinfer_peer.LIBRARIES
 COMPILE_ENV = "KERNELS_BENCH_STATIC_COMPILE"
 
 # --static-compile: which shapes the torch_compile peer compiles with a static graph of their own.
@@ -280,7 +281,7 @@ def flashinfer(library: str = "norm_act") -> Any | None:
     ``fused_add_rmsnorm(x, residual, w, eps, enable_pdl)`` (in place), the ``gemma_`` variants
     alike, ``layernorm(out, x, gamma_fp32, beta_fp32, eps)`` (bf16 x only),
     ``silu_and_mul(out, x, enable_pdl)`` and ``gelu_and_mul``/``gelu_tanh_and_mul``.
-    ``sampling`` calls: see shared/bench/suites/sampling.py.
+    ``sampling`` and ``decode`` calls: see shared/bench/suites/sampling.py and attention.py.
     """
     if library not in FLASHINFER_LIBRARIES:
         raise ValueError(f"flashinfer: unknown library {library!r} ({FLASHINFER_LIBRARIES})")

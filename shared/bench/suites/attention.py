@@ -23,7 +23,13 @@ Shapes (``bytes`` = each input read once, each output written once):
   [B, pages] block table, ``decode_attention_fwd``), cut from the vLLM 0.33.0 wheel by
   ``python -m shared.bench.fetch_peers vllm_decode_attention`` into the ignored
   ``.peers/vllm_decode_attention/kernel.py`` (skipped where absent), with 8 KV splits (SGLang's
-  default ``--triton-attention-num-kv-splits``) and the same pages as its block table.
+  default ``--triton-attention-num-kv-splits``) and the same pages as its block table. Peer
+  ``flashinfer`` (Llama GQA shapes): FlashInfer 0.7.2.post1's paged decode
+  (BatchDecodeWithPagedKVCache, its CUDA-core FA2 module, built by
+  shared/bench/build_flashinfer_peer.py) on the same cache as NHD pages of 16 slots and the same
+  page order; its plan runs on the host in ``make_inputs`` (as
+  ``BatchDecodeWithPagedKVCacheWrapper.plan`` with its default ``use_cuda_graph=False``: KV split
+  only where its scheduler finds it pays), so only ``run`` is timed.
 
 The torch rope reference checks the positions on the host (a synchronisation that CUDA-graph
 capture forbids): torch_eager and torch_compile run the same arithmetic without that check.
@@ -41,7 +47,15 @@ import torch
 import kernels_attention as attention  # the public ops, resolved lazily by the group
 from kernels_attention import reference
 from shared.bench.harness import Case
-from shared.bench.peers import PEERS_DIR, Checked, sglang, torch_compile, vllm
+from shared.bench.peers import (
+    PEERS_DIR,
+    Checked,
+    flashinfer,
+    flashinfer_pdl,
+    sglang,
+    torch_compile,
+    vllm,
+)
 
 DTYPE = torch.bfloat16
 TOKENS = (1, 16, 64, 1024, 8192, 32768)
@@ -309,7 +323,44 @@ def _decode_math(s: dict) -> torch.Tensor:
     return o
 
 
+def _fi_decode_plan(fi, s: dict, batch: int, length: int) -> dict:
+    """FlashInfer's buffers and plan for one input set, on the host before capture, with the
+    arguments ``BatchDecodeWithPagedKVCacheWrapper.plan`` passes (window_left -1, no logits cap,
+    use_cuda_graph False); the workspaces sized by its own ``workspace_size``."""
+    pages = -(-length // PAGE)
+    indptr = torch.arange(batch + 1, dtype=torch.int32) * pages
+    empty_q, empty_kv = torch.empty(0, dtype=DTYPE), torch.empty(0, dtype=DTYPE)
+    plan_args = (batch, HQ, HK, PAGE, False, -1, 0.0, HEAD, HEAD, empty_q, empty_kv)
+    float_bytes, int_bytes = fi.workspace_size(s["q"], indptr, *plan_args)
+    fi_s = {
+        "float_ws": torch.empty(max(float_bytes, 1 << 20), dtype=torch.uint8, device="cuda"),
+        "int_ws": torch.empty(max(int_bytes, 1 << 20), dtype=torch.uint8, device="cuda"),
+        "pinned": torch.empty(max(int_bytes, 1 << 20), dtype=torch.uint8, pin_memory=True),
+        "indptr": indptr.cuda(),
+        "indices": s["block_table"].flatten(),
+        "last_page_len": torch.full(
+            (batch,), length - (pages - 1) * PAGE, dtype=torch.int32, device="cuda"
+        ),
+        "out": torch.empty_like(s["out"]),
+    }
+    fi_s["plan"] = fi.plan(fi_s["float_ws"], fi_s["int_ws"], fi_s["pinned"], indptr, *plan_args)
+    return fi_s
+
+
+def _fi_decode_run(fi, s: dict) -> torch.Tensor:
+    """``run`` as the wrapper calls it: NHD layout (0), window_left -1, its default PDL on sm_90,
+    no alibi slopes, logits cap 0, rope_rcp_scale 1 and rope_rcp_theta 1e-4 (unused here)."""
+    f = s["fi"]
+    k = s["k"].view(-1, PAGE, HK, HEAD)
+    v = s["v"].view(-1, PAGE, HK, HEAD)
+    fi.run(f["float_ws"], f["int_ws"], f["plan"], s["q"], k, v, f["indptr"], f["indices"],
+           f["last_page_len"], f["out"], None, 0, -1, flashinfer_pdl(), None, 0.0, s["scale"],
+           1.0, 1e-4)  # fmt: skip
+    return f["out"]
+
+
 def decode_attention_cases(quick: bool) -> Iterator[Case]:
+    fi = flashinfer("decode")
     grid = (
         [(b, n, HQ, HK, HEAD, HEAD) for b, n in QUICK_DECODE]
         if quick
@@ -319,12 +370,14 @@ def decode_attention_cases(quick: bool) -> Iterator[Case]:
     for batch, length, hq, hk, d, dv in grid:
         mla = d == 576
 
-        def make(batch=batch, length=length, hq=hq, hk=hk, d=d, dv=dv, mla=mla):
+        fi_peer = fi is not None and not mla  # its module is built for Llama GQA (D 128) only
+
+        def make(batch=batch, length=length, hq=hq, hk=hk, d=d, dv=dv, mla=mla, fi_peer=fi_peer):
             pages = batch * -(-length // PAGE)
             order = torch.randperm(pages, device="cuda").view(batch, -1)
             slots = order[..., None] * PAGE + torch.arange(PAGE, device="cuda")
             k = torch.randn(pages * PAGE, hk, d, device="cuda").to(DTYPE)
-            return {
+            s = {
                 "q": torch.randn(batch, hq, d, device="cuda").to(DTYPE),
                 "k": k,
                 "v": k[..., :dv] if mla else torch.randn_like(k[..., :dv]),
@@ -342,6 +395,9 @@ def decode_attention_cases(quick: bool) -> Iterator[Case]:
                     batch, hq, VLLM_DECODE_SPLITS, dv + 1, device="cuda", dtype=torch.float32
                 ),
             }
+            if fi_peer:
+                s["fi"] = _fi_decode_plan(fi, s, batch, length)
+            return s
 
         def args(s):
             return s["q"], s["k"], s["v"], s["kv_indptr"], s["kv_indices"], s["scale"]
@@ -359,6 +415,12 @@ def decode_attention_cases(quick: bool) -> Iterator[Case]:
         if vllm_fwd is not None:
             impls["vllm_triton"] = Checked(
                 lambda s, fwd=vllm_fwd: _vllm_decode_call(fwd, s),
+                expected=_decode_math,
+                outputs=lambda s, returned: returned,
+            )
+        if fi_peer:
+            impls["flashinfer"] = Checked(
+                lambda s: _fi_decode_run(fi, s),
                 expected=_decode_math,
                 outputs=lambda s, returned: returned,
             )
