@@ -296,34 +296,99 @@ def test_flashinfer_builder_reads_the_toolkit_include_from_nvcc(tmp_path):
     assert build.toolkit_include(str(nvcc)) == Path("/opt/cuda/targets/x86_64-linux/include")
 
 
-def test_flashinfer_sampling_calls_match_its_binding(monkeypatch):
-    """Where the library is built (``.peers/flashinfer``), the suite's calls get past tvm-ffi's
-    signature check to the binding's own CUDA-tensor check: argument count and types match."""
+def _built_flashinfer(monkeypatch, library: str):
+    """The library ``.peers/flashinfer`` holds (skips where it is not built), loaded."""
     peers = _peers(monkeypatch)
     monkeypatch.delenv(peers.FLASHINFER_ENV, raising=False)
-    path = peers.flashinfer_path("sampling")
+    path = peers.flashinfer_path(library)
     if not path.is_file():
         pytest.skip(f"{path} not built (python -m shared.bench.build_flashinfer_peer)")
     pytest.importorskip("tvm_ffi")
+    peers.flashinfer.cache_clear()
+    try:
+        return peers.flashinfer(library)
+    finally:
+        peers.flashinfer.cache_clear()
+
+
+def test_flashinfer_sampling_calls_match_its_binding(monkeypatch):
+    """Where the library is built, the suite's calls get past tvm-ffi's signature check (a
+    TypeError) to the binding's own CUDA-tensor check: argument count and types match."""
+    module = _built_flashinfer(monkeypatch, "sampling")
     import torch
 
     from shared.bench.suites import sampling
 
-    peers.flashinfer.cache_clear()
-    try:
-        module = peers.flashinfer("sampling")
-        x = torch.rand(2, 4096)
-        inputs = {
-            "x": x,
-            "out": torch.empty_like(x),
-            "fi_row_states": torch.zeros(sampling.FI_ROW_STATES_BYTES, dtype=torch.uint8),
-            "fi_workspace": torch.empty(
-                sampling.fi_top_p_workspace_bytes(2, 4096), dtype=torch.uint8
-            ),
-        }
-        for name, call in sampling._FI_CALLS.items():
-            value = sampling.TOP_P if "top_p" in name else sampling.TOP_K
-            with pytest.raises(RuntimeError, match="must be a CUDA tensor"):
-                call(getattr(module, name), inputs, value)
-    finally:
-        peers.flashinfer.cache_clear()
+    x = torch.rand(2, 4096)
+    inputs = {
+        "x": x,
+        "out": torch.empty_like(x),
+        "fi_row_states": torch.zeros(sampling.FI_ROW_STATES_BYTES, dtype=torch.uint8),
+        "fi_workspace": torch.empty(sampling.fi_top_p_workspace_bytes(2, 4096), dtype=torch.uint8),
+    }
+    for name, call in sampling._FI_CALLS.items():
+        value = sampling.TOP_P if "top_p" in name else sampling.TOP_K
+        with pytest.raises(RuntimeError, match="must be a CUDA tensor"):
+            call(getattr(module, name), inputs, value)
+
+
+def test_flashinfer_decode_calls_match_its_binding(monkeypatch):
+    """The suite's workspace_size, plan and run calls pass the signature check; on this machine
+    they fail at the CUDA runtime (plan, workspace_size) or at the plan's length (run)."""
+    module = _built_flashinfer(monkeypatch, "decode")
+    import torch
+
+    from shared.bench.suites import attention
+
+    batch, length = 2, 64
+    pages = batch * length // attention.PAGE
+    k = torch.randn(pages * attention.PAGE, attention.HK, attention.HEAD).to(attention.DTYPE)
+    s = {
+        "q": torch.randn(batch, attention.HQ, attention.HEAD).to(attention.DTYPE),
+        "k": k,
+        "v": k,
+        "scale": attention.HEAD**-0.5,
+        "block_table": torch.arange(pages, dtype=torch.int32).view(batch, -1),
+        "out": torch.empty(batch, attention.HQ, attention.HEAD, dtype=attention.DTYPE),
+    }
+    with pytest.raises(RuntimeError, match="CUDA"):
+        attention._fi_decode_plan(module, s, batch, length)
+    ws = torch.empty(1 << 20, dtype=torch.uint8)
+    indptr = torch.arange(batch + 1, dtype=torch.int32) * (length // attention.PAGE)
+    s["fi"] = {
+        "float_ws": ws,
+        "int_ws": ws,
+        "plan": [0] * 3,
+        "indptr": indptr,
+        "indices": s["block_table"].flatten(),
+        "last_page_len": torch.full((batch,), attention.PAGE, dtype=torch.int32),
+        "out": s["out"],
+    }
+    with pytest.raises(RuntimeError, match="DecodePlanInfo"):
+        attention._fi_decode_run(module, s)
+
+
+def test_flashinfer_decode_module_renders_like_its_jit(tmp_path):
+    """Where the wheel is unpacked (.peers/build), the decode sources render completely: the
+    config with the default attention variant, the kernel instantiated for head_dim 128."""
+    from shared.bench import build_flashinfer_peer as build
+
+    src = build.BUILD_DIR / "src"
+    if not (src / "flashinfer" / "jit" / "attention" / "utils.py").is_file():
+        pytest.skip(f"{src} holds no unpacked wheel (python -m shared.bench.build_flashinfer_peer)")
+    pytest.importorskip("jinja2")
+    sources = build.decode_sources(src, tmp_path)
+    assert [p.name for p in sources] == [
+        "batch_decode_kernel.cu",
+        "batch_decode.cu",
+        "batch_decode_jit_binding.cu",
+    ]
+    folder = tmp_path / build.DECODE_URI
+    config = (folder / "batch_decode_config.inc").read_text()
+    kernel = (folder / "batch_decode_kernel.cu").read_text()
+    for text in (config, kernel):
+        assert "{{" not in text and "{%" not in text
+    assert "using AttentionVariant = DefaultAttention<false, false, false, false>;" in config
+    assert "using DTypeKV = nv_bfloat16;" in config and "using IdType = int32_t;" in config
+    assert "double sm_scale;" in config and "Optional<ffi::Tensor> maybe_alibi_slopes" in config
+    assert "BatchDecodeWithPagedKVCacheDispatched<128, PosEncodingMode::kNone," in kernel
