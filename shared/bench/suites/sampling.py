@@ -53,19 +53,21 @@ def fi_top_p_workspace_bytes(batch: int, vocab: int = VOCAB) -> int:
     )
 
 
-def _make(batch: int, *, logits: bool = False):
+def _make(batch: int, *, logits: bool = False, fi_buffers: bool = False):
+    """Inputs of one filter case; FlashInfer's row states and top-p workspace only where that
+    peer runs."""
+
     def make():
         x = torch.randn(batch, VOCAB, device="cuda") * 3
         if not logits:
             x = x.softmax(dim=1)
-        return {
-            "x": x,
-            "out": torch.empty_like(x),
-            "fi_row_states": torch.zeros(FI_ROW_STATES_BYTES, dtype=torch.uint8, device="cuda"),
-            "fi_workspace": torch.empty(
+        s = {"x": x, "out": torch.empty_like(x)}
+        if fi_buffers:
+            s["fi_row_states"] = torch.zeros(FI_ROW_STATES_BYTES, dtype=torch.uint8, device="cuda")
+            s["fi_workspace"] = torch.empty(
                 fi_top_p_workspace_bytes(batch), dtype=torch.uint8, device="cuda"
-            ),
-        }
+            )
+        return s
 
     return make
 
@@ -76,7 +78,7 @@ def _case(name: str, batch: int, impls: dict, note: str = "", logits: bool = Fal
         shape=[batch, VOCAB],
         dtype=DTYPE,
         bytes=2 * batch * VOCAB * DTYPE.itemsize,  # read the row once, write it once
-        make_inputs=_make(batch, logits=logits),
+        make_inputs=_make(batch, logits=logits, fi_buffers="flashinfer" in impls),
         impls=impls,
         note=note,
     )
