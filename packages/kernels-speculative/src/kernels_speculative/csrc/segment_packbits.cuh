@@ -2,13 +2,13 @@
 // y[out[b]:out[b+1]] ("little": element 8j+t is bit t of byte j; "big": bit 7-t; bits past the
 // segment end are 0). One thread per 4 output bytes (32 input bools: two 16-byte loads when the
 // segment is aligned, bytes otherwise; issued before the segment search at the offset whole-byte
-// segments give them, so one memory round trip suffices there), blocks of 256 threads over y. Up to 1024 segments, every
-// block stages both pointer arrays in shared memory (one round of coalesced loads) and each thread
-// searches them for its segment; beyond that a block first finds its edge segments by one binary
-// search each over the global pointers, then each thread narrows within them. The
-// pointers are preconditions: a segment whose pointers are inconsistent (negative length, bytes
-// not ceil(len/8), input past nnz, output past len(y)) is skipped, so the kernel only ever reads
-// x[0:nnz] and writes y[0:len(y)]. No host synchronisation.
+// segments give them, so one memory round trip suffices there), blocks of 256 threads over y. Up
+// to 1024 segments, every block stages both pointer arrays in shared memory (one round of
+// coalesced loads) and each thread searches them for its segment; beyond that a block first finds
+// its edge segments by one binary search each over the global pointers, then each thread narrows
+// within them. The pointers are preconditions: a segment whose pointers are inconsistent
+// (negative length, bytes not ceil(len/8), input past nnz, output past len(y)) is skipped, so the
+// kernel only ever reads x[0:nnz] and writes y[0:len(y)]. No host synchronisation.
 #pragma once
 
 #include <kernels/version.h>
