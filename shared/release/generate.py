@@ -46,7 +46,15 @@ TORCH_RANGE = "torch>=2.9,<3"
 # the release of the C++ headers API its sources require (KERNELS_REQUIRE_HEADERS_API(n) in
 # csrc/; kernels/version.h keeps the history), whichever is later.
 REGISTRY_API_SINCE = "0.2.0"
-HEADERS_API_SINCE = {1: "0.1.0", 2: "0.2.0", 3: "0.2.0", 4: "0.2.0", 5: "0.2.0", 6: "0.2.0"}
+HEADERS_API_SINCE = {
+    1: "0.1.0",
+    2: "0.2.0",
+    3: "0.2.0",
+    4: "0.2.0",
+    5: "0.2.0",
+    6: "0.2.0",
+    7: "0.2.0",
+}
 _REQUIRES_HEADERS = re.compile(r"^KERNELS_REQUIRE_HEADERS_API\((\d+)\)", re.M)
 # Groups with Triton backends (moe.fused_moe, attention.decode_attention) declare Triton, which
 # ships Linux wheels only; the rest need only torch and kernels-jit.

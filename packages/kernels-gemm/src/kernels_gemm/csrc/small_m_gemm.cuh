@@ -46,13 +46,14 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(3);
+KERNELS_REQUIRE_HEADERS_API(7);
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <kernels/checks.h>
+#include <kernels/cluster.cuh>
 #include <kernels/cuda_dtype.cuh>
 #include <kernels/launch.cuh>
 #include <kernels/pdl.cuh>
@@ -114,18 +115,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 #endif
 }
 
-// barrier.cluster in two halves: arrive (relaxed: orders nothing; release: this thread's earlier
-// stores, distributed shared memory included) and wait (acquire).
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
@@ -162,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   const int split = p.split;
   // Phase 1 of the cluster barrier, waited for before the first distributed shared-memory store:
   // every CTA of the cluster has started (its shared memory exists).
-  if (split > 1) cluster_arrive_relaxed();
+  if (split > 1) kernels::cluster_arrive_relaxed();
   const int rank = static_cast<int>(blockIdx.x) % split;
   const int col0 = static_cast<int>(blockIdx.x) / split * (kTiles * 8);
   const int chunks = (p.k + kChunk - 1) / kChunk;
@@ -302,10 +291,10 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   // CTA touches another's shared memory after the barrier, so none waits for the others to read.
   cg::cluster_group cluster = cg::this_cluster();
   const int owner = e % split;
-  cluster_wait();
+  kernels::cluster_wait();
   if (live) *cluster.map_shared_rank(&inbox[rank][e], owner) = sum;
-  cluster_arrive();
-  cluster_wait();
+  kernels::cluster_arrive();
+  kernels::cluster_wait();
   if (live && owner == rank) {
     float v = 0.0f;
 #pragma unroll

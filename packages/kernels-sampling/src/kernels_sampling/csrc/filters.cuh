@@ -21,9 +21,10 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(3);
+KERNELS_REQUIRE_HEADERS_API(7);
 
 #include <kernels/checks.h>
+#include <kernels/cluster.cuh>
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
 #include <kernels/pdl.cuh>
@@ -214,14 +215,6 @@ __device__ __forceinline__ bool row_or(bool b, Shared& s, int cluster) {
   return cluster_combine(__syncthreads_or(b) ? 1.0f : 0.0f, s, cluster, true) > 0.0f;
 }
 
-// Split cluster barrier: arrive (relaxed: orders nothing) ... wait. Every thread of every CTA.
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-}
-
 // Result of the radix threshold search over one row.
 struct Threshold {
   float value;  // keep iff v >= value
@@ -250,7 +243,7 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
   float kept_sum = 0.0f;
   // Remote shared memory is written only once every CTA of the cluster runs: the matching wait
   // comes before pass 0's first push, after the first sweep.
-  if (cluster > 1) cluster_arrive_relaxed();
+  if (cluster > 1) kernels::cluster_arrive_relaxed();
 #pragma unroll 1
   for (int pass = 0; pass < 3; ++pass) {
     const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
@@ -297,7 +290,7 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
     } else {
       cg::cluster_group cl = cg::this_cluster();
       const int rank = static_cast<int>(cl.block_rank());
-      if (pass == 0) cluster_wait();  // every CTA runs
+      if (pass == 0) kernels::cluster_wait();  // every CTA runs
       if (threadIdx.x < cluster) {
         Shared* dst = cl.map_shared_rank(&s, static_cast<int>(threadIdx.x));
         if (kProbs && pass == 0) dst->in_bad[rank] = bad;

@@ -17,10 +17,11 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(3);
+KERNELS_REQUIRE_HEADERS_API(7);
 
 #include "filters.cuh"
 
+#include <kernels/cluster.cuh>
 #include <kernels/rng.cuh>
 
 #include <climits>
@@ -139,7 +140,7 @@ __device__ void draw_row(const Params& p, int64_t i, const f::Src<T, kVec, kCach
   const int64_t len = src.len;
   const int cluster = p.cluster;
   // Remote shared memory is written only once every CTA of the cluster runs (wait below).
-  if (cluster > 1) f::cluster_arrive_relaxed();
+  if (cluster > 1) kernels::cluster_arrive_relaxed();
   // Pass 1: kept total, bad flag, last kept positive index.
   if (threadIdx.x == 0) s.last_pos = -1;
   float part = 0.0f;
@@ -168,7 +169,7 @@ __device__ void draw_row(const Params& p, int64_t i, const f::Src<T, kVec, kCach
     // The slices' sums in rank order: the total and this slice's exclusive prefix.
     cg::cluster_group cl = cg::this_cluster();
     const int rank = static_cast<int>(cl.block_rank());
-    f::cluster_wait();  // every CTA runs
+    kernels::cluster_wait();  // every CTA runs
     if (threadIdx.x < cluster) {
       Shared* dst = cl.map_shared_rank(&s, static_cast<int>(threadIdx.x));
       dst->in_sum[rank] = mine;

@@ -43,8 +43,9 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(4);
+KERNELS_REQUIRE_HEADERS_API(7);
 
+#include <kernels/cluster.cuh>
 #include <kernels/cuda_dtype.cuh>
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
@@ -415,7 +416,7 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
   __syncthreads();
   // This CTA is done reading the others' shared memory (the values are used): a relaxed arrive,
   // no fence; the others wait for it before they exit.
-  if (cluster > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  if (cluster > 1) kernels::cluster_arrive_relaxed();
   const int winner = s.winner;
   // 4. The draw, by the CTA whose slice holds it.
   if (winner == rank) {

@@ -13,10 +13,11 @@
 // rowwise::plan_registers's few_rows_min. 4: kernels::allow_dynamic_smem and
 // kernels::launch_with_smem / launch_dynamic (the dynamic shared-memory opt-in in one place). 5:
 // kernels::cooperative_supported. 6: rowwise::RowShape::inv_hidden (set by launch_plan);
-// rowwise::layernorm_finish takes the RowShape.
+// rowwise::layernorm_finish takes the RowShape. 7: kernels/cluster.cuh (the cluster barrier in
+// two halves: kernels::cluster_arrive_relaxed, cluster_arrive, cluster_wait).
 #pragma once
 
-#define KERNELS_HEADERS_API 6
+#define KERNELS_HEADERS_API 7
 
 #define KERNELS_STRINGIFY_(x) #x
 #define KERNELS_STRINGIFY(x) KERNELS_STRINGIFY_(x)
