@@ -292,7 +292,7 @@ BACKENDS = {"cpu": ("torch",), "cuda": ("cuda", "torch")}
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
 @pytest.mark.parametrize("ps", [1, 16, 64])
-@pytest.mark.parametrize("batch", [1, 33, 1025, 3000])
+@pytest.mark.parametrize("batch", [1, 32, 33, 1024, 1025, 2048, 3000])
 def test_backends_match_simulation(device, dtype, ps, batch):
     prefix, seq, last, free = _batch(batch, ps, seed=batch + ps)
     expected = simulate_extend(prefix, seq, last, free, ps)
@@ -344,6 +344,12 @@ def test_cuda_kernel_never_reads_past_the_free_list():
     assert got.tolist() == [28, -1, 4]
     got = alloc_extend(t([0]), t([9]), t([-1]), t([7, 2]), 4, extend_num_tokens=9, backend="cuda")
     assert got.tolist() == [28, 29, 30, 31, 8, 9, 10, 11, -1]
+    # several warps and chunks: every request needs a page, the list runs out inside a later warp
+    for batch, pages in ((100, 40), (1500, 1100), (2500, 2048)):
+        seq = torch.ones(batch, dtype=torch.int64, device="cuda")
+        free = torch.arange(5, 5 + pages, device="cuda")
+        got = alloc_decode(seq, seq - 2, free, 4, backend="cuda").tolist()
+        assert got == [4 * (5 + r) for r in range(pages)] + [-1] * (batch - pages)
 
 
 @pytest.mark.gpu

@@ -2,11 +2,16 @@
 // else free_pages[rank_i] * page_size with rank_i the number of earlier requests that need a
 // page (the free list is consumed in request order).
 //
-// One CTA of 1024 threads scans the batch in chunks of 1024 (a warp-shuffle block scan with the
-// running count carried between chunks), so one compiled kernel serves every batch size with no
-// host sync. Preconditions are not checked here (validate=True checks them on the host before
-// the launch): a rank >= F gives -1 (the list is never read past its end), a negative page id
-// the negative slot page * page_size, last_loc is used as given.
+// One CTA (32 * ceil(B / 32) threads, at most 1024) takes the batch in chunks of its size, one
+// request per thread, with no host sync and one compiled kernel for every batch size. Each chunk
+// is one round of memory: a thread loads its request's seq_len and last_loc and, beside them, the
+// free-list entry its position in the chunk would take (free[carry + t], carry = the pages the
+// earlier chunks took) before anything depends on them; a request's rank among those needing a
+// page comes from a warp ballot and the warp counts, and the page it takes is read from the
+// thread that loaded free[carry + rank] (a shuffle within one warp, shared memory across warps)
+// instead of a second, dependent global load. Preconditions are not checked here (validate=True
+// checks them on the host before the launch): a rank >= F gives -1 (the list is never read past
+// its end), a negative page id the negative slot page * page_size, last_loc is used as given.
 #pragma once
 
 #include <kernels/version.h>
@@ -19,7 +24,7 @@ KERNELS_REQUIRE_HEADERS_API(2);
 
 namespace alloc_decode_detail {
 
-constexpr int kThreads = 1024;
+constexpr int kMaxThreads = 1024;
 
 struct Params {
   int64_t* out;
@@ -27,43 +32,51 @@ struct Params {
   int64_t batch, free_count, page_size;
 };
 
-__global__ void __launch_bounds__(kThreads) alloc_decode_kernel(bool pdl, Params p) {
-  __shared__ int64_t warp_sums[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+__global__ void __launch_bounds__(kMaxThreads) alloc_decode_kernel(bool pdl, Params p) {
+  __shared__ int warp_counts[kMaxThreads / 32];
+  __shared__ int64_t pages[kMaxThreads];  // free[carry + t], for the threads of other warps
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32, warps = blockDim.x / 32;
+  const unsigned below = (1u << lane) - 1u;
   if (pdl) kernels::pdl_wait();
   int64_t carry = 0;
-  for (int64_t c = 0; c < p.batch; c += kThreads) {
-    const int64_t i = c + threadIdx.x;
+  for (int64_t c = 0; c < p.batch; c += blockDim.x) {
+    const int64_t i = c + t;
     const bool valid = i < p.batch;
     const int64_t s = valid ? p.seq[i] : 1;
+    const int64_t l = valid ? p.last[i] : 0;
+    const int64_t page = carry + t < p.free_count ? p.free[carry + t] : -1;
     const bool needs = valid && memory_detail::floor_mod(s - 1, p.page_size) == 0;
-    // Inclusive warp scan, then the warp totals.
-    int64_t x = needs ? 1 : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int64_t y = __shfl_up_sync(0xffffffffu, x, o);
-      if (lane >= o) x += y;
-    }
-    __syncthreads();  // warp_sums of the previous chunk are read
-    if (lane == 31) warp_sums[warp] = x;
-    __syncthreads();
-    int64_t before = 0, chunk_total = 0;
-    for (int w = 0; w < kThreads / 32; ++w) {
-      const int64_t t = warp_sums[w];
-      before += w < warp ? t : 0;
-      chunk_total += t;
+    const unsigned ballot = __ballot_sync(0xffffffffu, needs);
+    int rank = __popc(ballot & below);  // within the chunk, once the earlier warps are added
+    int chunk_total = __popc(ballot);
+    int64_t taken;
+    if (warps == 1) {
+      taken = __shfl_sync(0xffffffffu, page, rank & 31);
+    } else {
+      if (lane == 0) warp_counts[warp] = chunk_total;
+      pages[t] = page;
+      __syncthreads();
+      int before = 0;
+      chunk_total = 0;
+      for (int w = 0; w < warps; ++w) {
+        const int n = warp_counts[w];
+        before += w < warp ? n : 0;
+        chunk_total += n;
+      }
+      rank += before;
+      taken = pages[rank < kMaxThreads ? rank : 0];
     }
     if (valid) {
       int64_t slot;
       if (needs) {
-        const int64_t rank = carry + before + x - 1;
-        slot = rank < p.free_count ? p.free[rank] * p.page_size : -1;
+        slot = carry + rank < p.free_count ? taken * p.page_size : -1;
       } else {
-        slot = p.last[i] + 1;
+        slot = l + 1;
       }
       p.out[i] = slot;
     }
     carry += chunk_total;
+    if (warps > 1) __syncthreads();  // warp_counts and pages are rewritten by the next chunk
   }
   if (pdl) kernels::pdl_launch_dependents();
 }
@@ -97,7 +110,9 @@ inline void alloc_decode(tvm::ffi::TensorView out, tvm::ffi::TensorView seq_lens
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(seq_lens);
   const kernels::Launch ctx(kOp, seq_lens);
-  // 4. Launch: one CTA.
+  // 4. Launch: one CTA of whole warps, one thread per request up to 1024.
   p.out = kernels::data<int64_t>(out);
-  kernels::launch(ctx, detail::alloc_decode_kernel, 1u, detail::kThreads, p);
+  const int64_t warps = (p.batch + 31) / 32;
+  const unsigned threads = static_cast<unsigned>(warps < 32 ? warps * 32 : detail::kMaxThreads);
+  kernels::launch(ctx, detail::alloc_decode_kernel, 1u, threads, p);
 }
