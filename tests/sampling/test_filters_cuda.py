@@ -326,3 +326,43 @@ def test_cuda_graph_capture_of_each_path(path):
     for name in calls:
         assert torch.equal(outs[name], expected[name]), name
     assert_close(outs["top_k"], reference.top_k_renorm_probs(probs, 50))
+
+
+def _one_bin_rows(b: int, v: int, group: int, seed: int) -> torch.Tensor:
+    """fp32 rows where `group` entries (random positions, ties in runs of about 20) share one
+    first-pass radix bin, values in [1, 1.25) * 2^-12 (one exponent and its top two mantissa
+    bits), above 16 larger values and below tiny ones: the threshold of top_k (k inside the group)
+    and of top_p (p = 0.5) falls inside that bin."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.full((b, v), 1e-9)
+    for r in range(b):
+        cols = torch.randperm(v, generator=g)
+        steps = torch.randint(0, group // 20 + 1, (group,), generator=g).float()
+        x[r, cols[:group]] = (1 + steps / (4 * (group // 20 + 1))) * 2.0**-12
+        x[r, cols[group : group + 16]] = 0.01
+    return x.cuda()
+
+
+@pytest.mark.parametrize("path", ["cached", "streamed"])
+@pytest.mark.parametrize("group", [40, 3071, 3072, 3073, 5000])
+@pytest.mark.parametrize("v", [4099, 128256])
+def test_threshold_bin_of_every_size(path, group, v):
+    # The last two digits run over a shared-memory list of the first digit's bin when it holds
+    # at most kCandidates = 3072 of the row's keys (filters.cuh), else over the row: both sides
+    # of that limit, ties across the CTAs of a cluster, per-row k.
+    from kernels_sampling._common import force_cuda_path
+
+    if group + 16 > v:
+        pytest.skip("the group does not fit the row")
+    x = _one_bin_rows(3, v, group, seed=group + v)
+    ks = torch.tensor([16 + group // 2, 17, 16 + group], device="cuda", dtype=torch.int32)
+    logits = x.log()
+    with force_cuda_path(path):
+        for k in (ks, 16 + group // 3):
+            assert_close(
+                top_k_renorm_probs(x, k, backend="cuda"), reference.top_k_renorm_probs(x, k)
+            )
+            got = top_k_mask_logits(logits, k, backend="cuda")
+            assert torch.equal(got, reference.top_k_mask_logits(logits, k))
+        for p in (0.5, torch.tensor([0.2, 0.5, 0.9], device="cuda")):
+            _check_top_p(top_p_renorm_probs(x, p, backend="cuda"), x, p)
