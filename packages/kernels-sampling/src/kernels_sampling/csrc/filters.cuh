@@ -382,11 +382,17 @@ __device__ Threshold radix_threshold_on_candidates(const Src& src, float target_
     prefix |= static_cast<uint32_t>(sel) << shift;
     himask |= digit_mask << shift;
   }
-  // Kept sum: the values above the candidates' bin plus the candidates >= the threshold.
-  float part = 0.0f;
+  // Kept sum: the values above the candidates' bin plus the candidates >= the threshold, the
+  // latter as an exact significand sum (the list's order follows the gather's atomics, so a
+  // float sum over it would change its last bits from run to run). Probabilities only: a
+  // logits row (top_k_mask_logits, which keeps no sum) may hold negative keys.
+  int64_t part = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x)
-    if (s.cand[i] >= prefix) part += value_of(s.cand[i]);
-  return Threshold{value_of(prefix), above + kernels::block_sum(part, s.red), bad};
+    if (s.cand[i] >= prefix) part += scale.significand(s.cand[i]);
+  const int64_t before = block_exclusive_scan<int64_t>(part, s.scan_x);
+  if (threadIdx.x == blockDim.x - 1) s.above_exact = before + part;
+  __syncthreads();
+  return Threshold{value_of(prefix), above + scale.to_float(s.above_exact), bad};
 }
 
 // The k-th largest value (kMass = false, target = k, 1 <= k < cols) or the top-p threshold
