@@ -148,6 +148,28 @@ def test_cuda_matches_reference(tokens, hidden, dtype):
     check((out, mid), args, label=f"T={tokens} H={hidden}")
 
 
+# Split rows (the row engine's clusters at decode, rowwise.cuh): 1-33 rows split in 4 from 8192
+# 16-bit values and in 2 from 4096; 34-66 rows in 2 up to 16384 values; 100 rows are not split.
+# Both statistics (rms of x, then of the rounded mid) go through the cluster exchange.
+SPLIT_WIDTHS = (4096, 4104, 7168, 8192, 8200, 16392, 32768)
+SPLIT_TOKENS = (1, 7, 33, 34, 64, 100)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("hidden", SPLIT_WIDTHS)
+@pytest.mark.parametrize("tokens", SPLIT_TOKENS)
+def test_cuda_split_rows_match_and_repeat(tokens, hidden, dtype):
+    args = make(tokens, hidden, dtype, "cuda", seed=tokens + hidden)
+    runs = []
+    for _ in range(2):
+        out, mid = poison(torch.empty_like(args[0])), poison(torch.empty_like(args[0]))
+        fused_dual_residual_rmsnorm(*args, EPS, out=out, mid=mid, backend="cuda")
+        check((out, mid), args, label=f"T={tokens} H={hidden}")
+        runs.append((out, mid))
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
 def test_cuda_in_place_strided_and_misaligned(dtype):

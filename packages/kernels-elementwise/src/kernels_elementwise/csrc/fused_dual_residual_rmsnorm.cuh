@@ -7,11 +7,13 @@
 // of mid). The register kernel holds the row from its one read of x and residual to the writes
 // of mid and out (the minimum traffic); w2 is loaded with the row up to 4 vectors per thread; at
 // 8 (x, residual and w1 already take 96 registers) it is loaded once mid is formed, before mid's
-// stores (after them it would wait for them). The loop kernel re-reads x and mid.
+// stores (after them it would wait for them). At decode the engine splits a row over a
+// thread-block cluster; both statistics are summed over it (mid from the full row's rms of x).
+// The loop kernel re-reads x and mid.
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(6);
+KERNELS_REQUIRE_HEADERS_API(8);
 
 #include <kernels/rowwise.cuh>
 

@@ -1,15 +1,16 @@
 // layernorm, CUDA: y = (x - mean) * rsqrt(var + eps) * w (+ b), mean and the biased variance in
 // fp32 over the last dim, y rounded once. One op struct on the row engine of
 // <kernels/rowwise.cuh>: two statistics, the mean and then the exact two-pass sum of
-// (x - mean)^2 (no E[x^2] - mean^2 cancellation), over registers in the register kernel and over
-// re-reads of the row (from L2) in the loop kernel.
+// (x - mean)^2 (no E[x^2] - mean^2 cancellation), over registers in the register kernel (at
+// decode split over a thread-block cluster per row: each statistic summed over the cluster before
+// the next) and over re-reads of the row (from L2) in the loop kernel.
 //
 // weight and bias (optional, weight's dtype) have the input's dtype or, for fp16/bf16 input,
 // float32 (FlashInfer's callers pass fp32 parameters); fp32 weights are read as fp32.
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(6);
+KERNELS_REQUIRE_HEADERS_API(8);
 
 #include <tvm/ffi/optional.h>
 

@@ -1,6 +1,7 @@
 // The RMSNorm family, CUDA: rmsnorm, gemma_rmsnorm, fused_add_rmsnorm, gemma_fused_add_rmsnorm
 // and qk_rmsnorm: one op struct on the row engine of <kernels/rowwise.cuh> (a register-resident
-// kernel, a looping one for rows too long for registers or not in whole 16-byte vectors).
+// kernel, split over a thread-block cluster per row at decode; a looping one for rows too long for
+// registers or not in whole 16-byte vectors).
 //
 // y = x * rsqrt(mean(x^2) + eps) * (w + weight_offset), statistics in fp32, y rounded once;
 // weight_offset is 1 for the Gemma variants. The fused ops first form s = x + residual in fp32,
@@ -10,7 +11,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(6);
+KERNELS_REQUIRE_HEADERS_API(8);
 
 #include <kernels/rowwise.cuh>
 

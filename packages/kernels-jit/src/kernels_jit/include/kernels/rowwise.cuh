@@ -24,7 +24,7 @@
 //   finish(s, sum)             the row's sum -> statistic s (mean, rstd)
 //   output(x, regs, stats)     the output access (weight, 1 + weight, bias)
 // and optionally kMaxVectorsPerThread (register budget), kRegisterMinVectors (shorter rows take
-// the loop kernel) and kLateFrom. The hooks are general enough for the row ops still to come (per-token
+// the loop kernel), kLateFrom and kSplitRows (see "Split rows"). The hooks are general enough for the row ops still to come (per-token
 // absmax quantization, adaLN scale/shift, moe_sum_reduce, all-reduce + rmsnorm).
 //
 // Thread layout. A row is split over `tpr` threads ("threads per row"). Either tpr <= 32 is a power
@@ -34,6 +34,17 @@
 // owns the accesses lane, lane + tpr, lane + 2 tpr, ... so each access of the row's threads is one
 // coalesced sweep over the row.
 //
+// Split rows (decode). With few rows the grid leaves most SMs idle and each CTA's row is one long
+// latency chain (load, reduce, store). When every row's CTAs still fit one per SM, launch_rows
+// splits each long row over a thread-block cluster of `split` CTAs (row_split): each CTA holds a
+// contiguous slice of the row in registers (kSplitVectorsPerThread vectors per thread), reduces
+// it like a block's row, pushes its partial into every CTA's shared memory (distributed shared
+// memory: st.async on an mbarrier per statistic, split_sum) and adds the partials in rank order,
+// so every CTA of the row gets the same bits and results are deterministic. Twice (four times)
+// the SMs and bytes in flight for the same rows; the sums' order differs from the unsplit
+// kernel's (the results differ within rounding of the statistics). An op stays on the unsplit
+// kernel with kSplitRows = false.
+//
 // Rows in memory. A tensor's leading dims are merged where its layout allows into at most two
 // levels (outer, inner): row r starts at element (r / inner) * s0 + (r % inner) * s1. That covers
 // contiguous and row-strided [T, H] (inner = 1) and head-strided [T, heads, D] views such as q and
@@ -41,6 +52,7 @@
 #pragma once
 
 #include <kernels/checks.h>
+#include <kernels/cluster.cuh>
 #include <kernels/cuda_dtype.cuh>
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
@@ -64,6 +76,16 @@ constexpr int kMaxVectorsPerThread = 8;
 constexpr int kRegisterMaxVectors = kMaxBlock * kMaxVectorsPerThread;
 // Warps per block when several rows share a block.
 constexpr int kMaxWarpsPerBlock = 8;
+// Split rows (see the top): at most this many CTAs per row (a portable cluster size)...
+constexpr int kMaxSplit = 4;
+// ...each over a slice of at least this many 16-byte vectors (4 KiB: 2048 bf16 values, so rows
+// of 4096 bf16 split in 2, of 8192 in up to 4). Predicted crossover: below it a CTA's slice
+// takes the SM less time to move than the exchange of the partials (a distributed shared-memory
+// round trip per statistic, predicted ~0.1 us) adds to the row's chain.
+constexpr int kSplitMinSlice = 256;
+// Vectors per thread of the split kernel (its only instantiation): slices up to kMaxBlock * 2
+// vectors (a row of 16384 bf16 in 2 CTAs, 32768 in 4); longer slices are not split.
+constexpr int kSplitVectorsPerThread = 2;
 
 // ---------------------------------------------------------------------------------------------
 // Device side.
@@ -80,6 +102,9 @@ struct RowShape {
   // path (in the kernel, the division sat between the reduction and the output: a MUFU.RCP, its
   // refinement and a slow-path branch).
   float inv_hidden;
+  // Split rows, set by launch_plan: CTAs per row (1: none; a power of two) and vectors per CTA
+  // (rank r holds vectors [r * slice, (r + 1) * slice) of its row).
+  int split, slice;
 };
 
 __device__ __forceinline__ int64_t row_offset(const kernels::RowMap& m, int64_t r, uint32_t inner) {
@@ -128,6 +153,27 @@ __device__ __forceinline__ float row_sum(float v, int tpr, float* shared) {
   return v;
 }
 
+// Sum over a split row's cluster of each CTA's row_sum `v`: threads r < split push v into slot
+// `rank` of CTA r's `inbox` (kernels::cluster_push: st.async, counted on CTA r's `bar`), every
+// thread waits for its own CTA's `split` slots, then adds them in rank order (identical bits in
+// every CTA). No cluster barrier and no fence: the release arrive of one would wait for the
+// fused ops' residual stores (MEMBAR.GPU). `first`: the first call waits for the arrive at kernel
+// start (every CTA of the cluster runs and has initialised its barriers). Each statistic has its
+// own slots and barrier, and each CTA waits for every push into it, so none exits early.
+__device__ __forceinline__ float split_sum(float v, float (&inbox)[kMaxSplit], uint64_t* bar,
+                                          int rank, int split, bool first) {
+  if (first) kernels::cluster_wait();
+  if (static_cast<int>(threadIdx.x) < split)
+    kernels::cluster_push(&inbox[rank], bar, threadIdx.x, v);
+  kernels::push_barrier_wait(bar);
+  float sum = inbox[0];
+#pragma unroll
+  for (int r = 1; r < kMaxSplit; ++r) {
+    if (r < split) sum += inbox[r];
+  }
+  return sum;
+}
+
 // Sum of `v`, added pairwise (a dependency chain of log2(kN) adds).
 template <int kN>
 __device__ __forceinline__ float pairwise_sum(float (&v)[kN]) {
@@ -172,8 +218,11 @@ __device__ __forceinline__ float layernorm_finish(int s, float sum, const RowSha
 constexpr int kLoopBatch = 4;
 
 // Defaults of the op hooks: no update, no late loads, no intermediate stores, 8 vectors per
-// thread at most, every register kernel built.
+// thread at most, every register kernel built, rows split at decode.
 struct RowOp {
+  // Whether launch_rows may split a row over a cluster (row_split); false keeps the op on the
+  // unsplit kernels (and spares the split instantiation).
+  static constexpr bool kSplitRows = true;
   static constexpr int kMaxVectorsPerThread = rowwise::kMaxVectorsPerThread;
   // Rows of fewer vectors take the loop kernel (spares the small register instantiations).
   static constexpr int kRegisterMinVectors = 1;
@@ -198,8 +247,9 @@ constexpr kernels::Cache kRowLoads =
     kVectorsPerThread >= 8 ? kernels::Cache::kPlain : kernels::Cache::kStream;
 
 // The register kernel: the row stays in registers from its one read to its one write (the
-// minimum traffic). Rows up to kMaxBlock * kVectorsPerThread vectors.
-template <typename Op, int kVectorsPerThread>
+// minimum traffic). Rows up to kMaxBlock * kVectorsPerThread vectors. kSplit: launched in
+// clusters of s.split CTAs per row, each over its slice (split_sum combines the statistics).
+template <typename Op, int kVectorsPerThread, bool kSplit = false>
 __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __grid_constant__ Op op) {
   constexpr int kN = Op::kN;
   constexpr int kStats = Op::kStats;
@@ -207,9 +257,29 @@ __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __gri
   using P = typename Op::Pack;
   using Regs = typename Op::Regs;
   __shared__ float shared[kStats][32];
+  // kSplit: split_sum's slots and their barriers, one each per statistic.
+  __shared__ float inbox[kSplit ? kStats : 1][kMaxSplit];
+  __shared__ uint64_t inbox_bar[kSplit ? kStats : 1];
   const RowShape& s = op.shape;
-  const RowThread th = row_thread(s.tpr, s.tpr_shift, s.rows_per_block);
-  const int vectors = th.row < s.rows ? s.hidden / kN : 0;
+  RowThread th;
+  int rank = 0, begin = 0, end;  // this CTA's rank in the row's cluster, its vectors [begin, end)
+  if constexpr (kSplit) {
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int st = 0; st < kStats; ++st)
+        kernels::push_barrier_init(&inbox_bar[st], s.split * sizeof(float));
+    }
+    kernels::cluster_arrive_relaxed();  // waited for before the first push (split_sum)
+    // split is a power of two: the row and rank without a division ahead of the loads.
+    const int shift = __ffs(s.split) - 1;
+    th = {static_cast<int>(threadIdx.x), static_cast<int64_t>(blockIdx.x >> shift)};
+    rank = static_cast<int>(blockIdx.x & (s.split - 1));
+    begin = rank * s.slice;
+    end = min(begin + s.slice, s.hidden / kN);  // the grid holds exactly rows * split CTAs
+  } else {
+    th = row_thread(s.tpr, s.tpr_shift, s.rows_per_block);
+    end = th.row < s.rows ? s.hidden / kN : 0;
+  }
   const typename Op::Row row = op.row(th.row);
 
   if (pdl) kernels::pdl_wait();
@@ -217,8 +287,8 @@ __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __gri
   Regs regs[kVectorsPerThread];
 #pragma unroll
   for (int j = 0; j < kVectorsPerThread; ++j) {
-    const int i = th.lane + j * s.tpr;
-    if (i < vectors) {
+    const int i = begin + th.lane + j * s.tpr;
+    if (i < end) {
       op.load_input(row, i, x[j], kRowLoads<kVectorsPerThread>);
     } else {
       x[j].zero();
@@ -229,8 +299,8 @@ __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __gri
   // whole memory round trip at decode.
 #pragma unroll
   for (int j = 0; j < kVectorsPerThread; ++j) {
-    const int i = th.lane + j * s.tpr;
-    if (i < vectors) op.load(row, i, regs[j], kLate, kRowLoads<kVectorsPerThread>);
+    const int i = begin + th.lane + j * s.tpr;
+    if (i < end) op.load(row, i, regs[j], kLate, kRowLoads<kVectorsPerThread>);
   }
   // The next kernel's blocks may start once every block of this grid has issued its loads (they
   // wait in pdl_wait for this grid to finish): the dependent launch and its prologue overlap this
@@ -242,8 +312,8 @@ __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __gri
   for (int st = 0; st < kStats; ++st) {
 #pragma unroll
     for (int j = 0; j < kVectorsPerThread; ++j) {
-      const int i = th.lane + j * s.tpr;
-      if (i < vectors) {
+      const int i = begin + th.lane + j * s.tpr;
+      if (i < end) {
         op.update(st, x[j], regs[j], stats);
         // Each access's store right after its update, as the hand-written fused rmsnorm did:
         // with the stores in a later loop, nvcc issued 2 of the 24 loads of an 8-vector row
@@ -254,13 +324,13 @@ __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __gri
     if constexpr (kLate) {  // operands loaded late go out before the stores (else they wait)
 #pragma unroll
       for (int j = 0; j < kVectorsPerThread; ++j) {
-        const int i = th.lane + j * s.tpr;
-        if (i < vectors) op.load_late(st, row, i, regs[j]);
+        const int i = begin + th.lane + j * s.tpr;
+        if (i < end) op.load_late(st, row, i, regs[j]);
       }
 #pragma unroll
       for (int j = 0; j < kVectorsPerThread; ++j) {
-        const int i = th.lane + j * s.tpr;
-        if (i < vectors) op.store(st, row, i, x[j]);
+        const int i = begin + th.lane + j * s.tpr;
+        if (i < end) op.store(st, row, i, x[j]);
       }
     }
     // One partial sum per access, added pairwise: a chain of kN + log2(kVectorsPerThread)
@@ -269,14 +339,15 @@ __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __gri
     float part[kVectorsPerThread];
 #pragma unroll
     for (int j = 0; j < kVectorsPerThread; ++j)
-      part[j] = op.accumulate(st, x[j], stats, 0.0f, th.lane + j * s.tpr < vectors);
-    const float acc = row_sum(pairwise_sum(part), s.tpr, shared[st]);
+      part[j] = op.accumulate(st, x[j], stats, 0.0f, begin + th.lane + j * s.tpr < end);
+    float acc = row_sum(pairwise_sum(part), s.tpr, shared[st]);
+    if constexpr (kSplit) acc = split_sum(acc, inbox[st], &inbox_bar[st], rank, s.split, st == 0);
     stats[st] = op.finish(st, acc);
   }
 #pragma unroll
   for (int j = 0; j < kVectorsPerThread; ++j) {
-    const int i = th.lane + j * s.tpr;
-    if (i < vectors) op.output(x[j], regs[j], stats).store(row.out + i * kN);
+    const int i = begin + th.lane + j * s.tpr;
+    if (i < end) op.output(x[j], regs[j], stats).store(row.out + i * kN);
   }
 }
 
@@ -360,6 +431,8 @@ struct Plan {
   int rows_per_block;
   unsigned block;
   unsigned grid;
+  int split;  // split register kernel: CTAs per row, a cluster (0 or 1: not split)
+  int slice;  // split register kernel: vectors per CTA
 };
 
 inline int log2_exact(int x) {
@@ -430,6 +503,42 @@ inline Plan plan_registers(int64_t vectors, int64_t rows, int device,
   return plan;
 }
 
+// CTAs per row for the split register kernel (see the top; 1: do not split): doubled up to
+// kMaxSplit while the rows' CTAs still fit one per SM and each slice keeps kSplitMinSlice
+// vectors, on sm_90+ (thread-block clusters; kernels::pdl_supported tests that compute
+// capability), where kSplitVectorsPerThread vectors per thread in a block hold the slice. On the
+// H200 (132 SMs), bf16: rows of 4096-16384 values split in 2 at 34-66 rows; rows of 4096-8191 in
+// 2 and of 8192-32768 in 4 at 1-33 rows; 67 rows or more are not split. Predicted for
+// fused_add_rmsnorm at 64 x 4096-8192 bf16: each SM moves half a row (16-32 KB instead of 32-64
+// KB, counting x, residual and both stores), ~0.2-0.4 us less than the unsplit 2.1-2.8 us, less
+// the exchange of the partials (~0.1 us).
+inline int row_split(int64_t vectors, int64_t rows, int device) {
+  if (!kernels::pdl_supported(device)) return 1;
+  const int64_t sms = kernels::sm_count(device);
+  int split = 1;
+  while (split < kMaxSplit && rows * split * 2 <= sms &&
+         vectors >= int64_t{split} * 2 * kSplitMinSlice)
+    split *= 2;
+  const int64_t slice = (vectors + split - 1) / split;
+  return slice <= int64_t{kMaxBlock} * kSplitVectorsPerThread ? split : 1;
+}
+
+// The split register kernel's plan: `split` CTAs per row (row_split), one block of threads per
+// slice, kSplitVectorsPerThread vectors per thread.
+inline Plan plan_split(int64_t vectors, int64_t rows, int split) {
+  Plan plan{};
+  plan.vectors_per_thread = kSplitVectorsPerThread;
+  plan.split = split;
+  plan.slice = static_cast<int>((vectors + split - 1) / split);
+  const int threads = (plan.slice + kSplitVectorsPerThread - 1) / kSplitVectorsPerThread;
+  plan.tpr = (threads + 31) / 32 * 32;  // > 32: a slice has at least kSplitMinSlice vectors
+  plan.tpr_shift = 0;
+  plan.rows_per_block = 1;
+  plan.block = static_cast<unsigned>(plan.tpr);
+  plan.grid = static_cast<unsigned>(rows * split);  // rows * split <= the SM count
+  return plan;
+}
+
 // Loop kernels: `accesses` per row (16-byte vectors or scalars), about 4 per thread per pass for
 // short rows, up to kMaxBlock threads for long ones.
 inline Plan plan_loop(int64_t accesses, int64_t rows, int device) {
@@ -454,13 +563,20 @@ inline void launch_plan(const kernels::Launch& ctx, void (*kernel)(bool, Op), co
   op.shape.tpr_shift = plan.tpr_shift;
   op.shape.rows_per_block = plan.rows_per_block;
   op.shape.inv_hidden = 1.0f / static_cast<float>(op.shape.hidden);
-  kernels::launch(ctx, kernel, plan.grid, plan.block, op);
+  op.shape.split = plan.split > 1 ? plan.split : 1;
+  op.shape.slice = plan.slice;
+  if (plan.split <= 1) return kernels::launch(ctx, kernel, plan.grid, plan.block, op);
+  const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device, plan.grid, plan.block);
+  kernels::LaunchConfig config(dim3(plan.grid), dim3(plan.block), 0, ctx.stream, pdl,
+                               static_cast<unsigned>(plan.split));
+  kernels::check_launch(ctx.op, config.launch(kernel, pdl, op));
 }
 
 // Runs the op template `OpT<T, kN>` (constructed from `params`) over params.shape.rows rows of
 // params.shape.hidden elements: the register kernel when `vector` (16-byte vectors fit every row,
-// see kernels::vectors_fit) and the row fits the op's register budget, else the loop kernel over
-// vectors or, when !vector, elements.
+// see kernels::vectors_fit) and the row fits the op's register budget (split over a cluster per
+// row where row_split says so and the op allows it), else the loop kernel over vectors or, when
+// !vector, elements.
 template <template <typename, int> class OpT, typename T, typename Params>
 inline void launch_rows(const kernels::Launch& ctx, const Params& params, bool vector) {
   constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
@@ -469,6 +585,13 @@ inline void launch_rows(const kernels::Launch& ctx, const Params& params, bool v
   const int vectors = params.shape.hidden / kVec;
   if (vector && vectors >= VecOp::kRegisterMinVectors &&
       vectors <= int64_t{kMaxBlock} * VecOp::kMaxVectorsPerThread) {
+    if constexpr (VecOp::kSplitRows && VecOp::kMaxVectorsPerThread >= kSplitVectorsPerThread) {
+      const int split = row_split(vectors, rows, ctx.device);
+      if (split > 1) {
+        return launch_plan(ctx, row_registers<VecOp, kSplitVectorsPerThread, true>,
+                           plan_split(vectors, rows, split), VecOp{params});
+      }
+    }
     const Plan plan = plan_registers(vectors, rows, ctx.device, VecOp::kMaxVectorsPerThread);
     void (*kernel)(bool, VecOp) = nullptr;
     switch (plan.vectors_per_thread) {

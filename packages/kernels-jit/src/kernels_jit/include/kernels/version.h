@@ -14,10 +14,13 @@
 // kernels::launch_with_smem / launch_dynamic (the dynamic shared-memory opt-in in one place). 5:
 // kernels::cooperative_supported. 6: rowwise::RowShape::inv_hidden (set by launch_plan);
 // rowwise::layernorm_finish takes the RowShape. 7: kernels/cluster.cuh (the cluster barrier in
-// two halves: kernels::cluster_arrive_relaxed, cluster_arrive, cluster_wait).
+// two halves: kernels::cluster_arrive_relaxed, cluster_arrive, cluster_wait). 8: split rows in
+// the row engine (rowwise::RowShape::split and slice, RowOp::kSplitRows, row_split, plan_split,
+// Plan::split and slice; row_registers's kSplit); cluster.cuh's push exchange
+// (kernels::push_barrier_init, cluster_push, push_barrier_wait).
 #pragma once
 
-#define KERNELS_HEADERS_API 7
+#define KERNELS_HEADERS_API 8
 
 #define KERNELS_STRINGIFY_(x) #x
 #define KERNELS_STRINGIFY(x) KERNELS_STRINGIFY_(x)
