@@ -1,9 +1,13 @@
 """moe.moe_align_block_size against a brute-force loop: buckets compared as multisets, everything
 else exactly; filtered (-1) slots, empty experts, tiny and large n, many block sizes, int64 ids,
-out-of-range ids, empty input, opcheck; every backend on CPU and GPU (the one-block and the
-count / scan / scatter paths, out-of-range ids skipped by the kernel, CUDA graphs, compile)."""
+out-of-range ids, empty input, opcheck; every backend on CPU and GPU (the one-block, the
+bucket-owning blocks and the count / scan / scatter paths, out-of-range ids skipped by the
+kernel, CUDA graphs, compile)."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,8 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels_moe import moe_align_block_size, reference
+from kernels_moe.ops.moe_align_block_size import SMALL_SLOTS
 
 BACKENDS = {"cpu": ("torch",), "cuda": ("cuda", "torch")}
+
+# The kernel's kOneBlockMaxEntries: small n runs one block up to this many entries P of
+# sorted_token_ids, blocks that own buckets above (test_one_block_threshold_matches_source).
+ONE_BLOCK_MAX_ENTRIES = 8192
 
 
 def _device_params():
@@ -192,6 +201,66 @@ def test_cuda_paths_match_reference(tokens, k, experts, bs, wide):
     g = torch.Generator().manual_seed(tokens + experts)
     ids = torch.randint(-1, experts, (tokens, k), generator=g, dtype=torch.int32).cuda()
     _check_against_reference(ids.long() if wide else ids, experts, bs, "cuda")
+
+
+def test_one_block_threshold_matches_source():
+    import kernels_moe
+
+    source = Path(kernels_moe.__file__).parent / "csrc" / "moe_align_block_size.cuh"
+    found = re.search(r"kOneBlockMaxEntries = (\d+);", source.read_text())
+    assert found and int(found.group(1)) == ONE_BLOCK_MAX_ENTRIES
+
+
+def _entries(tokens: int, k: int, experts: int, bs: int) -> int:
+    return reference.moe_align_block_size_sizes(tokens * k, experts, bs)[0]
+
+
+# (tokens, k, experts, bs) around P = ONE_BLOCK_MAX_ENTRIES: E 256 top-8 bs 64 (P = 64 n up to
+# n = 258), where T = 16 is the threshold itself, and E 100 bs 64 (P = n + 101 * 63 from n = 108),
+# where n = 1829 is; then the far side (E 1024: 32 blocks; E 1: 2 blocks; E 13: 14 blocks).
+AROUND_THRESHOLD = [
+    (15, 8, 256, 64),
+    (16, 8, 256, 64),
+    (17, 8, 256, 64),
+    (64, 8, 256, 64),
+    (128, 8, 256, 64),
+    (1828, 1, 100, 64),
+    (1829, 1, 100, 64),
+    (1830, 1, 100, 64),
+    (500, 8, 1024, 32),
+    (4096, 1, 1, 4096),
+    (371, 7, 13, 1024),
+]
+
+
+def test_around_threshold_sizes():
+    sides = [_entries(*case) - ONE_BLOCK_MAX_ENTRIES for case in AROUND_THRESHOLD]
+    assert [(s > 0) - (s < 0) for s in sides[:8]] == [-1, 0, 1, 1, 1, -1, 0, 1]
+    assert all(s > 0 for s in sides[8:])
+    assert all(t * k <= SMALL_SLOTS for t, k, _, _ in AROUND_THRESHOLD)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("tokens", "k", "experts", "bs"), AROUND_THRESHOLD)
+@pytest.mark.parametrize("wide", (False, True))
+def test_cuda_small_paths_around_threshold(tokens, k, experts, bs, wide):
+    """Both small paths and the threshold between them: random ids with filtered slots; the
+    outputs' memory is poisoned first where the caching allocator reuses it (a freed 1 MiB
+    block of the small pool)."""
+    g = torch.Generator().manual_seed(tokens * 7 + experts)
+    ids = torch.randint(-1, experts, (tokens, k), generator=g, dtype=torch.int32).cuda()
+    torch.full((1 << 18,), -777, dtype=torch.int32, device="cuda")
+    _check(ids.long() if wide else ids, experts, bs, "cuda")
+    _check_against_reference(ids, experts, bs, "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", (16, 17, 64))
+def test_cuda_small_paths_one_expert_and_all_filtered(tokens):
+    """Every slot in one bucket: one block of the spread path owns all the slots."""
+    for value in (200, -1):
+        ids = torch.full((tokens, 8), value, dtype=torch.int32, device="cuda")
+        _check(ids, 256, 64, "cuda")
 
 
 @pytest.mark.gpu

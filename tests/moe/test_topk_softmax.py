@@ -227,6 +227,30 @@ def test_rows_wider_than_66_logits(device):
             assert_close(w, w_ref.float(), name=f"{backend} weights")
 
 
+@pytest.mark.parametrize("device", _device_params())
+@pytest.mark.parametrize(("experts", "offset"), ((256, -44.4), (512, -22.2), (128, -44.4)), ids=str)
+def test_winners_around_the_narrow_key_range(device, experts, offset):
+    """The kernel ranks 32-bit keys exact for probabilities >= 2^-64 (E <= 256; 2^-32 for E <=
+    512, every probability for E <= 128) and redoes a row with 64-bit keys when a winner falls
+    below: one logit at 0 and 7 near `offset` (probabilities near that bound, some repeated across
+    lanes and slots), the rest at -100, so rows fall on both sides of it."""
+    tokens, k = 13, 8
+    g = torch.Generator().manual_seed(experts)
+    gating = torch.full((tokens, experts), -100.0)
+    for t in range(tokens):
+        chosen = torch.randperm(experts, generator=g)[:8]
+        gating[t, chosen[0]] = 0.0
+        steps = torch.randint(-4, 5, (7,), generator=g).float()
+        gating[t, chosen[1:]] = offset + 0.05 * steps
+    gating = gating.to(device)
+    for renormalize in (False, True):
+        w_ref, ids_ref = _expected(gating, k, renormalize)
+        for backend in BACKENDS[device]:
+            w, ids = _run(gating, k, renormalize, backend)
+            assert_close(ids, ids_ref, name=f"{backend} ids")
+            assert_close(w, w_ref.float(), name=f"{backend} weights")
+
+
 @pytest.mark.gpu
 def test_many_tokens_match_reference():
     """T = 8192 (2048 blocks of 4 warps), E = 256, distinct logits (no rounding ties): the CUDA

@@ -3,10 +3,14 @@
 // (-1 past the used blocks) and the padded total. Ids outside [-1, E) are skipped. The order of
 // the slots inside a bucket is unspecified (shared-memory atomics).
 //
-// Small n (no workspace): one block of 1024 threads does it all: fill sorted_token_ids with n,
-// count the buckets with shared-memory atomics, scan the padded sizes (a block scan), write
-// expert_ids (a binary search over the bucket starts per block) and scatter each slot at its
-// bucket's cursor (shared atomics). Large n (workspace [E+1, G] int32, G blocks of slots):
+// Small n (no workspace), P = sorted_token_ids' length <= kOneBlockMaxEntries: one block of 1024
+// threads does it all: fill sorted_token_ids with n, count the buckets with shared-memory
+// atomics, scan the padded sizes (a block scan), write expert_ids (a binary search over the
+// bucket starts per block) and scatter each slot at its bucket's cursor (shared atomics).
+// Small n, larger P: one launch of G = ceil(P / 1024) (9..32, <= E + 1) blocks of 1024 threads,
+// each counting every slot and scanning, then writing only the buckets b = block (mod G): their
+// padding, their expert_ids and their slots (shared cursors), and its share of the entries and
+// blocks past the total. Large n (workspace [E+1, G] int32, G blocks of slots):
 //   1. count: G blocks fill their share of sorted_token_ids with n and count their slots into a
 //      shared histogram, written to workspace[b, g] (every entry written: nothing to zero);
 //   2. scan: one block sums each bucket over the G blocks (a warp per bucket), scans the padded
@@ -14,6 +18,13 @@
 //      block g's first slot of bucket b;
 //   3. scatter: G blocks rank their slots with shared atomics from those positions.
 // Launches are PDL-chained on the caller's stream; no host synchronisation.
+//
+// Why two small paths (H200, E 256, k 8, bs 64, CUDA graphs, 2026-12-04): the one block's time
+// grows with P, the entries one SM stores (2.79 / 3.30 / 4.40 / 4.87 us at T = 1 / 16 / 64 / 128,
+// P = 512 / 8192 / 16703 / 17215); the G blocks measured 3.40 / 3.16 / 3.28 us at T = 16 / 64 /
+// 128 (G = 8 / 17 / 17), about flat, but 5.33 at T = 1 (G = 1). The crossover is predicted near
+// P = 8K entries (one block 3.30 against 3.40 at T = 16), hence kOneBlockMaxEntries: T <= 16
+// stays one block, T >= 17 takes G >= 9 blocks (each warp then owns at most one of 257 buckets).
 #pragma once
 
 #include <kernels/version.h>
@@ -33,6 +44,11 @@ namespace moe_align_block_size_detail {
 
 constexpr int kMaxBuckets = 1025;  // E <= 1024
 constexpr int kSmallThreads = 1024;
+// Small n: one block up to this many entries of sorted_token_ids (P), else about
+// kEntriesPerSmallCta entries per block, at most kMaxSmallCtas blocks.
+constexpr int64_t kOneBlockMaxEntries = 8192;
+constexpr int64_t kEntriesPerSmallCta = 1024;
+constexpr int64_t kMaxSmallCtas = 32;
 constexpr int kCountThreads = 256;
 constexpr int kScanThreads = 1024;
 
@@ -140,6 +156,53 @@ __global__ void __launch_bounds__(kSmallThreads) align_small_kernel(bool pdl, Pa
   }
 }
 
+// Each of the grid's blocks counts every slot and scans the buckets (n is small: the same few
+// KB of ids from L2), then writes only the buckets b = block (mod grid): their slots (shared
+// cursors), their padding and their expert_ids, plus its share of the entries and blocks past
+// the total. Different blocks write disjoint entries, so nothing orders them: no second launch
+// and no grid barrier, and the P entries spread over the blocks' SMs instead of one SM's stores.
+template <typename ID>
+__global__ void __launch_bounds__(kSmallThreads) align_small_spread_kernel(bool pdl, Params p) {
+  __shared__ int count[kMaxBuckets];
+  __shared__ int start[kMaxBuckets + 1];
+  __shared__ int cursor[kMaxBuckets];
+  __shared__ int warp_totals[33];
+  const ID* ids = static_cast<const ID*>(p.ids);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
+  const int cta = blockIdx.x, ctas = gridDim.x;
+  if (pdl) kernels::pdl_wait();
+  for (int b = tid; b < p.buckets; b += blockDim.x) count[b] = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < p.n; i += blockDim.x) {
+    const int b = bucket_of(ids, i, p.buckets);
+    if (b >= 0) atomicAdd(&count[b], 1);
+  }
+  __syncthreads();
+  scan_starts(count, start, p.buckets, p.block_size, warp_totals);
+  const int total = start[p.buckets];
+  if (cta == 0 && tid == 0) *p.post = total;
+  for (int b = cta + ctas * tid; b < p.buckets; b += ctas * blockDim.x) cursor[b] = start[b];
+  // A warp per owned bucket: padding after its slots, then its blocks' expert id.
+  const int32_t fill = static_cast<int32_t>(p.n);
+  for (int b = cta + ctas * warp; b < p.buckets; b += ctas * warps) {
+    const int first = start[b], end = start[b + 1];
+    for (int pos = first + count[b] + lane; pos < end; pos += 32) p.sorted[pos] = fill;
+    for (int blk = first / p.block_size + lane; blk < end / p.block_size; blk += 32)
+      p.expert_ids[blk] = b - 1;
+  }
+  const int64_t stride = static_cast<int64_t>(ctas) * blockDim.x;
+  const int64_t offset = static_cast<int64_t>(cta) * blockDim.x + tid;
+  for (int64_t i = total + offset; i < p.padded_len; i += stride) p.sorted[i] = fill;
+  for (int64_t blk = total / p.block_size + offset; blk < p.blocks; blk += stride)
+    p.expert_ids[blk] = -1;
+  __syncthreads();
+  if (pdl) kernels::pdl_launch_dependents();
+  for (int64_t i = tid; i < p.n; i += blockDim.x) {
+    const int b = bucket_of(ids, i, p.buckets);
+    if (b >= 0 && b % ctas == cta) p.sorted[atomicAdd(&cursor[b], 1)] = static_cast<int32_t>(i);
+  }
+}
+
 template <typename ID>
 __global__ void __launch_bounds__(kCountThreads) align_count_kernel(bool pdl, Params p) {
   __shared__ int hist[kMaxBuckets];
@@ -216,7 +279,15 @@ __global__ void __launch_bounds__(kCountThreads) align_scatter_kernel(bool pdl, 
 template <typename ID>
 void launch(const kernels::Launch& ctx, const Params& p) {
   if (p.ctas == 0) {
-    kernels::launch(ctx, align_small_kernel<ID>, 1, kSmallThreads, p);
+    if (p.padded_len <= kOneBlockMaxEntries) {
+      kernels::launch(ctx, align_small_kernel<ID>, 1, kSmallThreads, p);
+    } else {  // >= 9 blocks (P > 8192)
+      const int64_t wanted = (p.padded_len + kEntriesPerSmallCta - 1) / kEntriesPerSmallCta;
+      const int64_t ctas =
+          std::clamp<int64_t>(wanted, 1, std::min<int64_t>(kMaxSmallCtas, p.buckets));
+      kernels::launch(ctx, align_small_spread_kernel<ID>, static_cast<unsigned>(ctas),
+                      kSmallThreads, p);
+    }
     return;
   }
   kernels::launch(ctx, align_count_kernel<ID>, p.ctas, kCountThreads, p);

@@ -185,10 +185,24 @@ __device__ __forceinline__ void compare_exchange(unsigned long long (&key)[kPer]
   }
 }
 
-// Sorts kPer keys descending in registers: Batcher's odd-even merge sort (kPer a power of two;
-// 19 compare-exchanges for 8).
-template <int kPer>
-__device__ __forceinline__ void sort_desc(unsigned long long (&key)[kPer]) {
+// The same network on 32-bit keys: the larger to the first place, two integer min/max and no
+// predicate per compare-exchange (the 64-bit form costs two compares and four selects).
+template <int kPer, int kIndex>
+__device__ __forceinline__ void compare_exchange(uint32_t (&key)[kPer]) {
+  if constexpr (kIndex < odd_even_merge_count(kPer)) {
+    constexpr int a = odd_even_merge_pair(kPer, kIndex) / kPer;
+    constexpr int b = odd_even_merge_pair(kPer, kIndex) % kPer;
+    const uint32_t ka = key[a], kb = key[b];
+    key[a] = max(ka, kb);
+    key[b] = min(ka, kb);
+    compare_exchange<kPer, kIndex + 1>(key);
+  }
+}
+
+// Sorts kPer keys (64- or 32-bit) descending in registers: Batcher's odd-even merge sort (kPer
+// a power of two; 19 compare-exchanges for 8).
+template <int kPer, typename Key>
+__device__ __forceinline__ void sort_desc(Key (&key)[kPer]) {
   static_assert((kPer & (kPer - 1)) == 0, "sort_desc takes a power-of-two length");
   compare_exchange<kPer, 0>(key);
 }
@@ -217,6 +231,35 @@ __device__ __forceinline__ unsigned long long warp_topk(unsigned long long (&key
     key[kPer - 1] = won ? 0ull : key[kPer - 1];
   }
   return mine;
+}
+
+// warp_topk for 32-bit keys that are distinct within a lane but may repeat across lanes, where
+// equal keys rank by lane, the lower first (callers put the value above the slot, so the lower
+// lane is the lower expert). A round is one reduction over the heads and a ballot of the lanes
+// holding the maximum, the lowest of them winning, instead of two reductions of 64-bit keys;
+// the shift moves one register per slot, not two. Lane j gets the j-th winner's key in `mine`
+// and its lane as a one-hot mask in `mine_lane` (both 0 in lanes >= k). Returns the last
+// winner's key (the same in every lane).
+template <int kPer>
+__device__ __forceinline__ uint32_t warp_topk_narrow(uint32_t (&key)[kPer], int k, int lane,
+                                                     uint32_t& mine, uint32_t& mine_lane) {
+  sort_desc<kPer>(key);
+  const uint32_t self = 1u << lane;
+  uint32_t best = 0;
+  mine = 0;
+  mine_lane = 0;
+  for (int j = 0; j < k; ++j) {
+    best = warp_max_u32(key[0]);
+    const uint32_t holders = __ballot_sync(0xffffffffu, key[0] == best);
+    const uint32_t first = holders & (0u - holders);  // the lowest holder's bit
+    mine = lane == j ? best : mine;
+    mine_lane = lane == j ? first : mine_lane;
+    const bool won = first == self;
+#pragma unroll
+    for (int i = 0; i + 1 < kPer; ++i) key[i] = won ? key[i + 1] : key[i];
+    key[kPer - 1] = won ? 0u : key[kPer - 1];
+  }
+  return best;
 }
 
 }  // namespace moe_common

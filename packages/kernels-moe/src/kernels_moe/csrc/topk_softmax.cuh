@@ -5,10 +5,14 @@
 // One warp per token, 4 tokens per block of 128 threads (no shared memory, no block barrier):
 // lane `l` holds experts l, l + 32, ... in registers (kPer = ceil(E / 32) slots rounded up to a
 // power of two, E <= 1024; the gating and bias rows' loads are all issued at once, coalesced),
-// a warp max (one redux.sync) and a shuffle sum give the softmax, then moe_common::warp_topk
-// sorts each lane's (probability, ~expert) keys and takes k rounds of a warp max over the lanes'
-// heads (k <= 32; ties to the lower expert). Lane j writes column j. NaN logits make the row's
-// probabilities NaN (no repair), as the reference.
+// a warp max (one redux.sync) and a shuffle sum give the softmax, then up to 16 slots
+// moe_common::warp_topk_narrow sorts each lane's 32-bit (probability, ~slot) keys (NarrowKey:
+// exact for p >= 2^-64 at 8 slots) and takes k rounds of one warp max over the lanes' heads and a
+// ballot of its holders, the lowest lane winning (k <= 32; ties to the lower expert). A NaN row,
+// or a row whose k-th winner is below the exact range, computes its probabilities again and
+// takes moe_common::warp_topk's 64-bit (probability, ~expert) keys (two reductions a round).
+// Lane j writes column j. NaN logits make the row's probabilities NaN (no repair), as the
+// reference.
 //
 // H200, E 256, k 8 (2026-12-04): sorted heads cut a round from a 32-instruction lane-local scan
 // of 64-bit keys plus two reductions to the two reductions plus a few selects: 2.93 -> 2.14 us
@@ -22,6 +26,10 @@
 // The rounds' shift as selects (it was a branch with 16 moves and register renaming) and the
 // weights' sum as one warp sum after the rounds. Together (2026-12-04, A/B): T = 1 2.14 -> 1.73
 // us, T = 8192 10.67 -> 11.09 (slower; without the 16-block bound 11.22).
+// The 64-bit keys cost 8 instructions a compare-exchange (19 for 8 slots) and ~28 a round; the
+// 32-bit keys 2 and ~20: about 190 of ~770 instructions per token fewer at E 256 (predicted T =
+// 8192 ~9.5 us, issue-bound; T <= 128 unchanged or slightly faster). 32 registers at 8 slots,
+// no spill without a bias (the bias row spills 4 words; the token is reread from %ctaid/%tid).
 #pragma once
 
 #include <kernels/version.h>
@@ -44,6 +52,33 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kMaxExperts = 1024;
 constexpr int kMaxK = 32;
 
+// A probability p in [0, 1] (bits < 2^30) and its slot as one 32-bit key whose unsigned order
+// is p's, then the lower slot: p's bits from kFloor up (value part >= 1) above the kSlotBits of
+// ~slot. kPer <= 4 keeps every p exactly; with 8 slots (E 129..256) p < 2^-64, with 16 p <
+// 2^-32, share value part 0: a winner there sends the row to the 64-bit keys (exact for any p).
+template <int kPer>
+struct NarrowKey {
+  static constexpr int kSlotBits = kPer >= 16 ? 4 : kPer >= 8 ? 3 : kPer >= 4 ? 2 : kPer - 1;
+  static constexpr uint64_t kTop = 0x3f800002ull;  // bits of 1.0f, plus 2
+  static constexpr uint32_t kFloor = static_cast<uint32_t>(
+      kTop > (uint64_t{1} << (32 - kSlotBits)) ? kTop - (uint64_t{1} << (32 - kSlotBits)) : 0);
+
+  static __device__ __forceinline__ uint32_t make(float prob, int slot) {
+    const uint32_t bits = __float_as_uint(prob);
+    const uint32_t value = bits >= kFloor ? bits - kFloor + 1 : 0u;
+    return (value << kSlotBits) | static_cast<uint32_t>(kPer - 1 - slot);
+  }
+  // Whether the key's probability is exact (every key of a row with E >= k of them is nonzero
+  // here only if its value part is).
+  static __device__ __forceinline__ bool exact(uint32_t key) { return key >> kSlotBits != 0; }
+  static __device__ __forceinline__ int slot(uint32_t key) {
+    return kPer - 1 - static_cast<int>(key & (kPer - 1));
+  }
+  static __device__ __forceinline__ float prob(uint32_t key) {
+    return __uint_as_float((key >> kSlotBits) + kFloor - 1);
+  }
+};
+
 struct Params {
   const void* gating;
   const void* bias;  // [E] or null
@@ -56,16 +91,14 @@ struct Params {
   bool renormalize;
 };
 
-// Up to 8 slots, 32 registers (16 blocks per SM: T = 8192's 2048 blocks in one wave on 132 SMs;
-// no spill on sm_90a); more slots keep the compiler's choice.
+// The token's probabilities p[e] in lane e % 32, slot e / 32 (0 past E), from the gating row
+// (and the bias row); true when the row is NaN (a NaN or +inf logit: every p NaN). `trigger`:
+// let the next kernel start once the rows are requested (PDL).
 template <typename T, int kPer>
-__global__ void __launch_bounds__(kThreads, kPer <= 8 ? 16 : 1) topk_softmax_kernel(bool pdl, Params p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t token = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (pdl) kernels::pdl_wait();
-  if (token >= p.tokens) return;  // the whole warp leaves together
+__device__ __forceinline__ bool row_probabilities(const Params& p, int64_t token, int lane,
+                                                  bool trigger, float (&v)[kPer]) {
   const T* row = static_cast<const T*>(p.gating) + token * p.g_s0;
-  float v[kPer], bias[kPer];
+  float bias[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = i * 32 + lane;
@@ -74,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, kPer <= 8 ? 16 : 1) topk_softmax_ker
   // The bias row's loads go out with the gating row's (one memory latency for both, not one
   // per slot behind each branch).
   if (p.bias) moe_common::load_row_slots<kPer>(bias, p.bias, p.bias_code, lane, p.experts);
-  if (pdl) kernels::pdl_launch_dependents();
+  if (trigger) kernels::pdl_launch_dependents();
   // Uniform branches outside the slot loops; slots past E stay -inf (their bias reads 0), so
   // the max and exp loops need no per-slot test.
   if (p.softcap != 0.0f) {
@@ -97,10 +130,6 @@ __global__ void __launch_bounds__(kThreads, kPer <= 8 ? 16 : 1) topk_softmax_ker
     total += v[i];
   }
   total = kernels::warp_sum(total);
-  // A NaN or +inf logit makes every probability NaN (exp(NaN) or inf - inf in the sum), so the
-  // row's weights are all NaN and its keys all rank as +inf (torch's descending sort puts NaN
-  // first): ids 0, 1, ... as the reference.
-  const bool nan_row = isnan(total);
   // p = v / total without a division's range-check branch per slot: total is in [1, E] (the
   // peak's term is 1) and v in [0, 1], so the fast path is exact unless some v is in
   // (0, 2^-96) (a logit over 66 below the row's peak): that rare lane divides plainly.
@@ -115,20 +144,67 @@ __global__ void __launch_bounds__(kThreads, kPer <= 8 ? 16 : 1) topk_softmax_ker
 #pragma unroll
     for (int i = 0; i < kPer; ++i) v[i] = v[i] / total;
   }
-  unsigned long long key[kPer];
+  // A NaN or +inf logit makes every probability NaN (exp(NaN) or inf - inf in the sum), so the
+  // row's weights are all NaN and its keys all rank as +inf (torch's descending sort puts NaN
+  // first): ids 0, 1, ... as the reference.
+  return isnan(total);
+}
+
+// Up to 8 slots, 32 registers (16 blocks per SM: T = 8192's 2048 blocks in one wave on 132 SMs;
+// no spill on sm_90a); more slots keep the compiler's choice.
+template <typename T, int kPer>
+__global__ void __launch_bounds__(kThreads, kPer <= 8 ? 16 : 1)
+    topk_softmax_kernel(bool pdl, Params p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (pdl) kernels::pdl_wait();
+  if (token >= p.tokens) return;  // the whole warp leaves together
+  float v[kPer];
+  const bool nan_row = row_probabilities<T, kPer>(p, token, lane, pdl, v);
+  // Lane j's winner and its probability (0 in lanes >= k, out of the sum), from 32-bit keys
+  // (one reduction and a ballot a round) when the row's probabilities allow, else (a NaN row,
+  // a winner below NarrowKey's exact range: rare) from 64-bit keys, the probabilities computed
+  // again (keeping them live through the rounds spilled 5 registers).
+  int expert = 0;
+  float weight = 0.0f;
+  bool chosen = false;
+  if constexpr (kPer <= 16) {
+    using Narrow = NarrowKey<kPer>;
+    if (!nan_row) {
+      uint32_t key[kPer];
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    // A mask, not a select: nvcc turns the select into a branch per slot.
-    key[i] = moe_common::score_key(nan_row ? INFINITY : v[i], i * 32 + lane) &
-             (0ull - static_cast<unsigned long long>(i * 32 + lane < p.experts));
+      for (int i = 0; i < kPer; ++i)
+        key[i] = Narrow::make(v[i], i) & (0u - static_cast<uint32_t>(i * 32 + lane < p.experts));
+      uint32_t mine, mine_lane;
+      const uint32_t last = moe_common::warp_topk_narrow<kPer>(key, p.k, lane, mine, mine_lane);
+      if (Narrow::exact(last)) {  // the same in every lane
+        chosen = true;
+        expert = Narrow::slot(mine) * 32 + __ffs(mine_lane) - 1;
+        weight = lane < p.k ? Narrow::prob(mine) : 0.0f;
+      }
+    }
   }
-  // Lane j's winner; its probability is its key's score (0 in lanes >= k, out of the sum).
-  const unsigned long long mine = moe_common::warp_topk<kPer>(key, p.k, lane);
-  const int expert = moe_common::key_expert(mine);
-  float weight =
-      lane < p.k ? moe_common::from_ordered_bits(static_cast<uint32_t>(mine >> 32)) : 0.0f;
+  if (!chosen) {
+    if constexpr (kPer <= 16) row_probabilities<T, kPer>(p, token, lane, false, v);
+    unsigned long long key[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      // A mask, not a select: nvcc turns the select into a branch per slot.
+      key[i] = moe_common::score_key(nan_row ? INFINITY : v[i], i * 32 + lane) &
+               (0ull - static_cast<unsigned long long>(i * 32 + lane < p.experts));
+    }
+    const unsigned long long mine = moe_common::warp_topk<kPer>(key, p.k, lane);
+    expert = moe_common::key_expert(mine);
+    weight = lane < p.k ? moe_common::from_ordered_bits(static_cast<uint32_t>(mine >> 32)) : 0.0f;
+  }
   const float sum = kernels::warp_sum(weight);
   if (lane < p.k) {
+    // The token again from the special registers: nvcc otherwise keeps it through the rounds
+    // in local memory (a 64-bit spill and reload per token).
+    uint32_t cta, tid;
+    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cta));
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+    const int64_t token = static_cast<int64_t>(cta) * kWarps + (tid >> 5);
     if (nan_row) weight = NAN;
     if (p.renormalize) weight = weight / sum;
     p.weights[token * p.w_s0 + lane * p.w_s1] = weight;

@@ -24,11 +24,12 @@ MOE_ALIGN_BLOCK_SIZE_CUDA = ModuleSpec(
     package="kernels_moe",
     sources=("csrc/moe_align_block_size.cuh",),
     exports=(("moe_align_block_size", "moe_align_block_size"),),
-    description="CUDA: one block (small n) or count / scan / scatter over blocks of slots",
+    description="CUDA: one launch (small n) or count / scan / scatter over blocks of slots",
 )
-# Up to SMALL_SLOTS slots one block does everything; above, blocks of SLOTS_PER_CTA slots (at
-# most MAX_CTAS of them) count and scatter around a one-block scan. E <= CUDA_MAX_EXPERTS (the
-# bucket counts live in shared memory).
+# Up to SMALL_SLOTS slots one launch does everything (one block, or past the kernel's
+# kOneBlockMaxEntries entries blocks that each count every slot and write their share of the
+# buckets); above, blocks of SLOTS_PER_CTA slots (at most MAX_CTAS of them) count and scatter
+# around a one-block scan. E <= CUDA_MAX_EXPERTS (the bucket counts live in shared memory).
 SMALL_SLOTS, SLOTS_PER_CTA, MAX_CTAS, CUDA_MAX_EXPERTS = 4096, 1024, 128, 1024
 
 _align_cuda = CompiledFunction(MOE_ALIGN_BLOCK_SIZE_CUDA, "moe_align_block_size")
