@@ -7,10 +7,19 @@
 // levels, a FastDivmod per item).
 //   - small dynamic inputs (<= 512 x 8 vectors: 32768 bf16): one block does everything: the
 //     tensor in registers, a block max, the scale, the quantized packs (one launch);
-//   - larger dynamic inputs, flat vectors, up to one chunk of 256 vectors per resident CTA
-//     (about 1M bf16 on the H200: 511 CTAs): one cooperative launch of one CTA per chunk (every
-//     CTA resident, or the launch fails and the two-kernel path below runs); CTA b, one vector
-//     per thread:
+//   - mid dynamic inputs (<= 16 x 1024 x 8 vectors: 1M bf16, 512K fp32; rows views and
+//     scalars up to 4 per thread): one thread-block cluster of 16 CTAs (a non-portable size; 8
+//     where the device keeps no cluster of 16 CTAs of 1024 threads resident) holds x in
+//     registers, up to 8 vectors per thread: each CTA's block max goes to its shared memory, one
+//     cluster barrier, every warp reads the cluster's maxima through distributed shared memory,
+//     then each CTA quantizes its registers. One launch and one cluster barrier (a few hundred
+//     ns) where the cooperative launch below paid a grid barrier across 100+ CTAs; predicted on
+//     the H200: [16, 7168] ~2.5 us (4.45 cooperative), [128, 7168] ~3.5 us (6.45), the 16 SMs'
+//     load bandwidth being the limit;
+//   - where no cluster launches (a refused size or query) or past a cluster of 8, flat vectors
+//     up to one chunk of 256 vectors per resident CTA (about 1M bf16 on the H200: 511 CTAs):
+//     one cooperative launch of one CTA per chunk (every CTA resident, or the launch fails and
+//     the two-kernel path below runs); CTA b, one vector per thread:
 //       1. loads chunk b, folding |x| into its candidate scale max(absmax_b, eps) / 448, which it
 //          writes (as bits) to word b of q, used as scratch: q[0, 4G) (word G, zeroed by CTA 0
 //          before the barrier, counts the CTAs that have read the candidates);
@@ -31,9 +40,10 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(5);
+KERNELS_REQUIRE_HEADERS_API(7);
 
 #include <kernels/checks.h>
+#include <kernels/cluster.cuh>
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
 #include <kernels/pdl.cuh>
@@ -53,6 +63,18 @@ constexpr int kUnroll = 4;
 constexpr int kFusedBlock = 512;
 constexpr int kFusedMaxVPT = 8;
 constexpr float kEps = 1e-10f;
+constexpr int kClusterBlock = 1024;
+constexpr int kClusterMaxVPT = 8;
+constexpr int kClusterMaxRowVPT = 4;
+constexpr int kMaxCluster = 16;
+
+// Test hook (per module: modules compile with -fno-gnu-unique): dynamic calls skip the paths
+// whose bits are set (kSkipCluster), so that the fallbacks run where they would not.
+constexpr int kSkipCluster = 1;
+inline int& skipped_paths() {
+  static int mask = 0;
+  return mask;
+}
 
 struct View {
   const void* x;
@@ -65,9 +87,9 @@ struct View {
   bool flat;
 };
 
-template <int kN>
+template <int kN, bool kFlatOnly = false>
 __device__ __forceinline__ void offsets(const View& v, int64_t i, int64_t& xo, int64_t& qo) {
-  if (v.flat) {
+  if (kFlatOnly || v.flat) {
     xo = qo = i * kN;
     return;
   }
@@ -213,6 +235,73 @@ __global__ void __launch_bounds__(kFusedBlock)
   if (has_tail) store_tail<T, kN>(v, t, s);
 }
 
+// Dynamic, mid: one cluster of gridDim.x CTAs (the grid is the cluster: blockIdx.x is the rank)
+// holds x in registers, CTA r items [r, r + 1) * kVPT * blockDim.x (items <= gridDim.x *
+// blockDim.x * kVPT). The block maxima meet in distributed shared memory; the second cluster
+// barrier's wait, at the end, keeps every CTA's shared memory alive until all have read it.
+// kFlat: x flat (no row offsets: row mode's offsets, kept across the barrier, spill at kVPT 8).
+template <typename T, int kN, int kVPT, bool kFlat>
+__global__ void __launch_bounds__(kClusterBlock)
+    cluster_kernel(bool pdl, const __grid_constant__ View v, float* s_out) {
+  using P = kernels::Pack<T, kN>;
+  __shared__ uint32_t shared[32];
+  __shared__ uint32_t block_absmax;  // read by every CTA of the cluster
+  const T* x = static_cast<const T*>(v.x);
+  const int first = static_cast<int>((blockIdx.x * kVPT) * blockDim.x + threadIdx.x);  // < 2^17
+  if (pdl) kernels::pdl_wait();
+  P p[kVPT];
+#pragma unroll
+  for (int j = 0; j < kVPT; ++j) {
+    const int i = first + j * static_cast<int>(blockDim.x);
+    if (i < v.items) {
+      int64_t xo, qo;
+      offsets<kN, kFlat>(v, i, xo, qo);
+      p[j].load_stream(x + xo);
+    } else {
+      p[j].zero();
+    }
+  }
+  const bool has_tail = blockIdx.x == 0 && static_cast<int>(threadIdx.x) < v.tail;
+  const float t = has_tail ? tail_value<T, kN>(v) : 0.0f;
+  uint32_t m = quant::abs_bits(t);
+#pragma unroll
+  for (int j = 0; j < kVPT; ++j) {
+    float f[kN];
+    p[j].unpack(f);
+    m = quant::absmax_bits(f, m);
+  }
+  m = quant::block_max(m, shared);
+  if (pdl) kernels::pdl_launch_dependents();
+  if (threadIdx.x == 0) block_absmax = m;
+  kernels::cluster_arrive();  // releases block_absmax
+  kernels::cluster_wait();
+  // Lane r of every warp reads rank r's maximum (gridDim.x <= 16 lanes).
+  const unsigned lane = threadIdx.x & 31u;
+  uint32_t c = 0u;
+  if (lane < gridDim.x)
+    c = *cooperative_groups::this_cluster().map_shared_rank(&block_absmax, static_cast<int>(lane));
+  c = quant::lanes_max<32>(c);
+  kernels::cluster_arrive();  // this CTA has read every rank's word
+  const float s = quant::dynamic_scale(c, kEps, quant::kFp8Max);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *s_out = s;
+  const quant::Div div(s);
+#pragma unroll
+  for (int j = 0; j < kVPT; ++j) {
+    const int i = first + j * static_cast<int>(blockDim.x);
+    if (i < v.items) {
+      int64_t xo, qo;
+      offsets<kN, kFlat>(v, i, xo, qo);
+      float f[kN];
+      p[j].unpack(f);
+      quant::Q8<kN> out;
+      out.template quantize_bounded<false>(f, div);  // s bounds every |x|
+      out.store_stream(v.q + qo);
+    }
+  }
+  if (has_tail) store_tail<T, kN>(v, t, s);
+  kernels::cluster_wait();  // every CTA has read this CTA's block_absmax
+}
+
 // ld.acquire.gpu: the count CTA 0 waits on.
 __device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
   uint32_t v;
@@ -295,6 +384,83 @@ inline bool launch_cooperative(const kernels::Launch& ctx, const View& v, float*
   return true;
 }
 
+// The cluster kernel with kVPT vectors per thread (1, 2, 4 or 8; row mode up to 4).
+template <typename T, int kN>
+inline auto cluster_kernel_for(int vpt, bool flat) {
+  if (!flat) {
+    switch (vpt) {
+      case 1:
+        return cluster_kernel<T, kN, 1, false>;
+      case 2:
+        return cluster_kernel<T, kN, 2, false>;
+      default:
+        return cluster_kernel<T, kN, kClusterMaxRowVPT, false>;
+    }
+  }
+  switch (vpt) {
+    case 1:
+      return cluster_kernel<T, kN, 1, true>;
+    case 2:
+      return cluster_kernel<T, kN, 2, true>;
+    case 4:
+      return cluster_kernel<T, kN, 4, true>;
+    default:
+      return cluster_kernel<T, kN, kClusterMaxVPT, true>;
+  }
+}
+
+// CTAs per cluster of the cluster kernels on `device`: 16 (non-portable) where a cluster of 16
+// CTAs of kClusterBlock threads fits at once (cudaOccupancyMaxActiveClusters), else 8, else 0
+// (no cluster launch: before sm_90, or a refused opt-in or query). Cached per device; the first
+// call opts every instantiation in to non-portable sizes, and the flat kVPT = 8 one (the most
+// registers) stands for all in the query.
+template <typename T, int kN>
+inline int cluster_size(int device) {
+  static int cached[64] = {0};  // 0 unknown, else the size + 1
+  if (device >= 0 && device < 64 && cached[device]) return cached[device] - 1;
+  int major = 0, size = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  bool allowed = major >= 9;
+  for (int vpt = 1; vpt <= kClusterMaxVPT && allowed; vpt *= 2) {
+    for (const bool flat : {true, false}) {
+      allowed = allowed && cudaFuncSetAttribute(cluster_kernel_for<T, kN>(vpt, flat),
+                                                cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                                1) == cudaSuccess;
+    }
+  }
+  for (int c = kMaxCluster; allowed && c >= 8 && size == 0; c /= 2) {
+    const kernels::LaunchConfig query(dim3(static_cast<unsigned>(c)), dim3(kClusterBlock), 0,
+                                      nullptr, false, static_cast<unsigned>(c));
+    int active = 0;
+    if (cudaOccupancyMaxActiveClusters(&active, cluster_kernel_for<T, kN>(kClusterMaxVPT, true),
+                                       &query.config) == cudaSuccess &&
+        active > 0)
+      size = c;
+  }
+  (void)cudaGetLastError();  // a refused opt-in or query leaves no error behind
+  if (device >= 0 && device < 64) cached[device] = size + 1;
+  return size;
+}
+
+// The cluster kernel where x fits its registers: the fewest vectors per thread (1, 2, 4, 8;
+// row mode up to 4) that cover x with every CTA of the cluster, then the fewest threads (whole
+// warps). False where no cluster launches or x is larger.
+template <typename T, int kN>
+inline bool launch_cluster(const kernels::Launch& ctx, const View& v, float* s) {
+  const int cluster = cluster_size<T, kN>(ctx.device);
+  const int max_vpt = v.flat ? kClusterMaxVPT : kClusterMaxRowVPT;
+  if (cluster == 0 || v.items > int64_t{cluster} * kClusterBlock * max_vpt) return false;
+  int vpt = 1;
+  while (v.items > int64_t{cluster} * kClusterBlock * vpt) vpt *= 2;
+  const int64_t per_cta = (v.items + cluster - 1) / cluster;
+  const unsigned block = static_cast<unsigned>(((per_cta + vpt - 1) / vpt + 31) / 32 * 32);
+  const unsigned grid = static_cast<unsigned>(cluster);
+  const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device, grid, block);
+  kernels::LaunchConfig config(dim3(grid), dim3(block), 0, ctx.stream, pdl, grid);
+  kernels::check_launch(ctx.op, config.launch(cluster_kernel_for<T, kN>(vpt, v.flat), pdl, v, s));
+  return true;
+}
+
 template <typename T, int kN>
 inline void launch_fused(const kernels::Launch& ctx, const View& v, float* s) {
   int vpt = 1;
@@ -330,6 +496,7 @@ inline void launch_all(const kernels::Launch& ctx, const View& v, float* s, bool
     return;
   }
   if (v.items <= int64_t{kFusedBlock} * kFusedMaxVPT) return launch_fused<T, kN>(ctx, v, s);
+  if (!(skipped_paths() & kSkipCluster) && launch_cluster<T, kN>(ctx, v, s)) return;
   if constexpr (kN > 1) {
     // Only while one chunk per CTA covers x, where the launches are most of the time (H200,
     // 2026-12-04: [16, 7168] 6.10 -> 4.45 us, [128, 7168] 7.86 -> 6.41). Above it a persistent
@@ -429,4 +596,25 @@ inline void per_tensor_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView s,
       detail::launch_all<T, 1>(ctx, v, s_ptr, is_static);
     }
   });
+}
+
+// Test hooks. per_tensor_quant_fp8_skip_paths: dynamic calls skip the paths in `mask` (bit 0
+// the cluster kernel; 0 restores the automatic choice). per_tensor_quant_fp8_cluster_size: the
+// CTAs of the cluster kernel for x's dtype (vector path) on x's device, 0 where none launches.
+inline void per_tensor_quant_fp8_skip_paths(int64_t mask) {
+  TVM_FFI_CHECK(mask >= 0 && mask <= per_tensor_quant_fp8_detail::kSkipCluster, ValueError)
+      << "per_tensor_quant_fp8_skip_paths: mask must be 0 or 1, got " << mask;
+  per_tensor_quant_fp8_detail::skipped_paths() = static_cast<int>(mask);
+}
+
+inline int64_t per_tensor_quant_fp8_cluster_size(tvm::ffi::TensorView x) {
+  constexpr const char* kOp = "quantization.per_tensor_quant_fp8_cluster_size";
+  kernels::check_device(kOp, "x", x, kDLCUDA);
+  kernels::DeviceGuard guard(x);
+  int size = 0;
+  KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
+    constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
+    size = per_tensor_quant_fp8_detail::cluster_size<T, kVec>(x.device().device_id);
+  });
+  return size;
 }
