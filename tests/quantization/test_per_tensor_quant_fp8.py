@@ -102,7 +102,8 @@ def test_opcheck_static_and_dynamic():
 GPU = pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)
 # One fused block (<= 4096 vectors), one thread-block cluster (up to 16 x 1024 x 8 vectors; rows
 # views and scalars up to 4 per thread), the memset + atomic-max sweep + reversed quantize pass
-# (larger), flat tails (sizes not in whole vectors), 3-D inputs.
+# (larger; flat x past the SMs' shared memory: the resident kernel), flat tails (sizes not in
+# whole vectors), 3-D inputs.
 GPU_SHAPES = (
     (1,),
     (7,),
@@ -175,9 +176,10 @@ def test_cuda_edge_values(device, n):
 # The cluster kernel covers 16 and 128 tokens of 7168 (flat bf16 and fp32); past it, and where
 # the cluster kernel is skipped (the test hook), the cooperative launch (one 256-vector chunk per
 # CTA, at most min(chunk 0's q bytes / 4 - 1, resident CTAs) of them: bf16 511, ~1M elements,
-# fp32 255 on the H200) and the memset + two kernels, below the L2 and above it (~117 MB of
-# bf16), with flat tails and chunk counts that are no multiple of the grid; fp32 has 4-byte
-# codes (a smaller scratch).
+# fp32 255 on the H200) and the memset + two kernels; flat x past the SMs' shared memory (132 x
+# 224 KiB on the H200: bf16 15.1M elements, fp32 7.6M) the resident kernel, the two kernels
+# where it is skipped; below the L2 and above it (~117 MB of bf16), with flat tails and chunk
+# counts that are no multiple of the grid; fp32 has 4-byte codes (a smaller scratch).
 COOPERATIVE_SHAPES = (
     (16, 7168),
     (128, 7168),
@@ -197,7 +199,8 @@ def _hook(name: str):
 
 @contextlib.contextmanager
 def _skip_paths(mask: int):
-    """Dynamic calls skip the CUDA paths in mask (1: the cluster kernel) inside the block."""
+    """Dynamic calls skip the CUDA paths in mask (1: the cluster kernel, 2: the resident kernel)
+    inside the block."""
     hook = _hook("per_tensor_quant_fp8_skip_paths")
     hook(mask)
     try:
@@ -208,7 +211,13 @@ def _skip_paths(mask: int):
 
 def _cluster_size(x: torch.Tensor) -> int:
     """CTAs of the cluster kernel for x's dtype on its device (16 on the H200; 0: none)."""
-    return int(_hook("per_tensor_quant_fp8_cluster_size")(x))
+    return int(_hook("per_tensor_quant_fp8_limits")(x, 0))
+
+
+def _resident_vectors(x: torch.Tensor) -> int:
+    """The vectors the resident kernel keeps in shared memory for x's dtype (it takes flat x of
+    more vectors; 132 x 14336 on the H200; 0: it does not launch)."""
+    return int(_hook("per_tensor_quant_fp8_limits")(x, 1))
 
 
 def _cuda_kernels(fn) -> str:
@@ -220,7 +229,13 @@ def _cuda_kernels(fn) -> str:
 
 
 def _only(names: str, kernel: str) -> None:
-    kernels = ("fused_kernel", "cluster_kernel", "cooperative_kernel", "absmax_kernel")
+    kernels = (
+        "fused_kernel",
+        "cluster_kernel",
+        "cooperative_kernel",
+        "resident_kernel",
+        "absmax_kernel",
+    )
     assert kernel in names, names
     assert all(k not in names for k in kernels if k != kernel), names
 
@@ -309,7 +324,7 @@ def test_cuda_cluster_matches_reference(device, static, dtype, shape):
 @pytest.mark.parametrize("device", (GPU,))
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
 @pytest.mark.parametrize("shape", COOPERATIVE_SHAPES, ids=str)
-@pytest.mark.parametrize("skip", (0, 1), ids=("auto", "no_cluster"))
+@pytest.mark.parametrize("skip", (0, 1, 3), ids=("auto", "no_cluster", "no_cluster_resident"))
 def test_cuda_cooperative_matches_reference(device, dtype, shape, skip):
     x = randn(*shape, dtype=dtype, device=device, seed=shape[0], scale=3.0)
     with _skip_paths(skip):
@@ -318,11 +333,11 @@ def test_cuda_cooperative_matches_reference(device, dtype, shape, skip):
 
 
 @pytest.mark.parametrize("device", (GPU,))
-@pytest.mark.parametrize("n", (131073, 9_000_001))  # fp32: cooperative (128 CTAs); two kernels
+@pytest.mark.parametrize("n", (131073, 9_000_001))  # fp32: the cluster; the resident kernel
 @pytest.mark.parametrize("where", (0, 5, -1))  # chunk 0 (q's scratch words), early, the tail
 def test_cuda_cooperative_absmax_anywhere(device, n, where):
-    """The maximum (a large value, then a NaN) in chunk 0, whose q holds the cooperative CTAs'
-    candidates until every CTA has read them, elsewhere, or in the flat tail."""
+    """The maximum (a large value, then a NaN) in chunk 0, whose q holds the cooperative (and
+    resident) CTAs' candidates until every CTA has read them, elsewhere, or in the flat tail."""
     x = randn(n, device=device, seed=4)
     x[where] = -5000.0
     _run_both(x)
@@ -332,9 +347,52 @@ def test_cuda_cooperative_absmax_anywhere(device, n, where):
 
 
 @pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_resident_limit(device, dtype):
+    """The largest flat x of the two kernels (the resident vectors and a tail) and the smallest of
+    the resident kernel (one vector of N, the part outside shared memory, holding the maximum);
+    the two kernels again with the resident kernel skipped."""
+    vec = 16 // dtype.itemsize
+    resident = _resident_vectors(torch.empty(1, dtype=dtype, device=device))
+    if torch.cuda.get_device_capability(device) == (9, 0):
+        assert resident == torch.cuda.get_device_properties(device).multi_processor_count * 14336
+    if resident == 0:
+        pytest.skip("the resident kernel does not launch on this device")
+    for n, kernel in ((resident * vec + vec - 1, "absmax_kernel"), (resident * vec + vec, None)):
+        x = randn(n, dtype=dtype, device=device, seed=n, scale=3.0)
+        x[-1] = -5000.0
+        _only(_cuda_kernels(lambda x=x: _run_both(x)), kernel or "resident_kernel")
+        if kernel is None:
+            with _skip_paths(2):
+                _only(_cuda_kernels(lambda x=x: _run_both(x)), "absmax_kernel")
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
+def test_cuda_resident_absmax_anywhere(device, dtype):
+    """The resident kernel with the maximum (a large value, then a NaN) in chunk 0 (q's scratch
+    words), in another CTA's chunk, at N's first and last vectors, in the flat tail; all zeros."""
+    vec = 16 // dtype.itemsize
+    resident = _resident_vectors(torch.empty(1, dtype=dtype, device=device))
+    if resident == 0:
+        pytest.skip("the resident kernel does not launch on this device")
+    per_cta = resident // torch.cuda.get_device_properties(device).multi_processor_count
+    n = resident * vec + 3 * 8192 * vec + 5 * vec + 3  # N: 3 rounds of one CTA's chunk, a tail
+    x = randn(n, dtype=dtype, device=device, seed=9)
+    for where in (0, 7 * per_cta * vec + 3, resident * vec, n - 3 - vec, n - 1):
+        y = x.clone()
+        y[where] = -5000.0
+        _only(_cuda_kernels(lambda y=y: _run_both(y)), "resident_kernel")
+        y[where] = float("nan")
+        _run_both(y)
+    _run_both(torch.zeros(n, dtype=dtype, device=device))
+
+
+@pytest.mark.parametrize("device", (GPU,))
 @pytest.mark.parametrize("shape", ((1, 7168), (16, 7168), (256, 7168), (4096, 7168)))
 def test_cuda_graph_capture(device, shape):
-    """Dynamic: the scale is re-zeroed inside the graph on every replay."""
+    """Dynamic: the scale is re-zeroed inside the graph on every replay (the fused block, the
+    cluster, the two kernels, the resident kernel's cooperative launch)."""
     x = randn(*shape, dtype=torch.bfloat16, device=device, seed=5, scale=100.0)
     per_tensor_quant_fp8(x)  # build and warm up outside the capture
     graph = torch.cuda.CUDAGraph()

@@ -30,12 +30,30 @@
 //          0 waits for the count to reach G before storing it.
 //     One launch and one read of x instead of memset + two kernels, where the launches are most
 //     of the time. G <= (chunk's q bytes) / 4 - 1.
-//   - other dynamic inputs (row mode, scalars, flat vectors past that limit, a refused
-//     cooperative launch): the scale word is zeroed (cudaMemsetAsync on the caller's stream), a
-//     persistent grid (2048 threads per SM, 4 vectors per thread in flight) sweeps x front to
-//     back and atomicMax-es each block's candidate scale as bits into s; then the quantize pass
-//     (256 threads x 4 vectors per block) runs its blocks in reverse order, so the first blocks
-//     re-read the end of x, which the sweep left in L2;
+//   - large dynamic inputs, flat vectors beyond what the SMs' shared memory holds (G = one CTA
+//     of 1024 threads per SM, each with a resident chunk of C vectors, C x 16 bytes the largest
+//     whole multiple of 16 KiB that fits: 224 KiB, 29.6 MB on the H200's 132 SMs; bf16 past
+//     15.1M elements, fp32 past 7.6M; smaller x mostly fits the L2, which the two kernels below
+//     re-read): one cooperative launch, x = the resident part R (chunk b: vectors [b C,
+//     (b + 1) C)) then the rest N:
+//       1. CTA b starts TMA bulk copies (cp.async.bulk, 16 KiB each, L2 evict-first) of chunk b
+//          into its shared memory, sweeps its share of N front to back for the absmax (8
+//          vectors per thread in flight, plain loads: the end of N stays in L2), then folds in
+//          chunk b's absmax from shared memory and writes its candidate to q's scratch words as
+//          above;
+//       2. grid barrier; the scale as above;
+//       3. N quantized back to front (the first round of CTAs re-reads what L2 still holds),
+//          then chunk b from shared memory (CTA 0 last: the scratch words, after the count).
+//     DRAM traffic 2 |x| + |q| - (L2 hits) becomes 2 |x| - R + |q| - (L2 hits): predicted on
+//     the H200 [8192, 7168] ~70 us (79.05 with the two kernels below), [32768, 4096] ~159 us
+//     (166.3); where the launch is refused, the two kernels run;
+//   - other dynamic inputs (row mode, scalars, flat vectors between the cooperative launch's
+//     reach and the SMs' shared memory, a refused cooperative launch): the scale word is zeroed
+//     (cudaMemsetAsync on the caller's stream), a persistent grid (2048 threads per SM, 4
+//     vectors per thread in flight) sweeps x front to back and atomicMax-es each block's
+//     candidate scale as bits into s; then the quantize pass (256 threads x 4 vectors per block)
+//     runs its blocks in reverse order, so the first blocks re-read the end of x, which the
+//     sweep left in L2;
 //   - static: the quantize pass alone, one read of x and one write of q.
 #pragma once
 
@@ -67,10 +85,15 @@ constexpr int kClusterBlock = 1024;
 constexpr int kClusterMaxVPT = 8;
 constexpr int kClusterMaxRowVPT = 4;
 constexpr int kMaxCluster = 16;
+constexpr int kResidentBlock = 1024;
+constexpr int kResidentUnroll = 8;
+constexpr int kResidentPiece = 16 * 1024;  // bytes per bulk copy; the chunk is a multiple of it
 
 // Test hook (per module: modules compile with -fno-gnu-unique): dynamic calls skip the paths
-// whose bits are set (kSkipCluster), so that the fallbacks run where they would not.
+// whose bits are set (kSkipCluster, kSkipResident), so that the fallbacks run where they would
+// not.
 constexpr int kSkipCluster = 1;
+constexpr int kSkipResident = 2;
 inline int& skipped_paths() {
   static int mask = 0;
   return mask;
@@ -384,6 +407,208 @@ inline bool launch_cooperative(const kernels::Launch& ctx, const View& v, float*
   return true;
 }
 
+// The shared-memory address of p (for the mbarrier and bulk-copy operands).
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// One mbarrier (one arrival: the thread that starts the bulk copies) and its transaction bytes.
+__device__ __forceinline__ void mbarrier_init_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the copies
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               :
+               : "r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+}
+
+// Global -> shared bulk copy (TMA; bytes a multiple of 16, both addresses 16-byte aligned),
+// completing on bar; L2 evict-first: the copied lines are not read again.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;" ::"r"(shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(shared_address(bar)), "l"(policy)
+      : "memory");
+}
+
+// Waits for phase 0 of bar (the bulk copies' bytes all arrived).
+__device__ __forceinline__ void mbarrier_wait_phase0(uint64_t* bar) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
+      "@!done bra WAIT_%=;\n"
+      "}" ::"r"(shared_address(bar))
+      : "memory");
+}
+
+// Dynamic, large, flat vectors (the header's resident steps 1-3): CTA b of G holds chunk b
+// (per_cta vectors, per_cta * 16 bytes of dynamic shared memory) of the resident part
+// R = G * per_cta < items; the rest N = [R, items) is swept in chunks of kResidentBlock *
+// kResidentUnroll vectors, forward for the absmax, backward for the quantize pass. q's words
+// [0, G] are scratch until CTA 0 stores chunk 0.
+template <typename T, int kN>
+__global__ void __launch_bounds__(kResidentBlock, 1)
+    resident_kernel(const __grid_constant__ View v, float* s_out, int per_cta) {
+  using P = kernels::Pack<T, kN>;
+  extern __shared__ uint4 resident[];
+  __shared__ uint64_t filled;
+  __shared__ uint32_t shared_own[32], shared_all[32];
+  const T* x = static_cast<const T*>(v.x);
+  uint32_t* scratch = reinterpret_cast<uint32_t*>(v.q);
+  const int64_t grid = gridDim.x;
+  const int64_t own = static_cast<int64_t>(blockIdx.x) * per_cta;  // the chunk's first vector
+  const int64_t rest = grid * per_cta;                              // N's first vector
+  constexpr int64_t kChunk = int64_t{kResidentBlock} * kResidentUnroll;
+  const int64_t chunks = (v.items - rest + kChunk - 1) / kChunk;  // of N
+  // 1. The chunk's bulk copies in flight while the CTA sweeps its share of N.
+  if (threadIdx.x == 0) {
+    const uint32_t bytes = static_cast<uint32_t>(per_cta) * 16u;
+    mbarrier_init_expect(&filled, bytes);
+    const char* src = reinterpret_cast<const char*>(x + own * kN);
+    char* dst = reinterpret_cast<char*>(resident);
+    for (uint32_t b = 0; b < bytes; b += kResidentPiece)
+      bulk_load(dst + b, src + b, kResidentPiece, &filled);
+    if (blockIdx.x == 0) scratch[grid] = 0u;  // the count, before the barrier
+  }
+  uint32_t m = 0;
+  for (int64_t k = blockIdx.x; k < chunks; k += grid) {
+    P p[kResidentUnroll];
+    m = quant::load_absmax(p, m, [&](int u, P& pack) {
+      const int64_t i = rest + k * kChunk + u * kResidentBlock + threadIdx.x;
+      if (i >= v.items) return false;
+      pack.load(x + i * kN);  // not streaming: step 3 re-reads the end of N from L2
+      return true;
+    });
+  }
+  const bool has_tail = blockIdx.x == 0 && static_cast<int>(threadIdx.x) < v.tail;
+  const float t = has_tail ? tail_value<T, kN>(v) : 0.0f;
+  m = max(m, quant::abs_bits(t));
+  __syncthreads();  // the mbarrier's initialization, before any thread waits on it
+  mbarrier_wait_phase0(&filled);
+#pragma unroll 2
+  for (int j = threadIdx.x; j < per_cta; j += kResidentBlock) {
+    P p;
+    p.set(0, resident[j]);
+    float f[kN];
+    p.unpack(f);
+    m = quant::absmax_bits(f, m);
+  }
+  m = quant::block_max(m, shared_own);
+  if (threadIdx.x == 0)
+    scratch[blockIdx.x] = __float_as_uint(quant::dynamic_scale(m, kEps, quant::kFp8Max));
+  cooperative_groups::this_grid().sync();
+  // 2. The scale: the maximum candidate; then this CTA is done with the scratch words.
+  uint32_t c = 0;
+  for (int64_t j = threadIdx.x; j < grid; j += kResidentBlock) c = max(c, __ldcg(scratch + j));
+  c = quant::block_max(c, shared_all);  // its barrier: every thread's reads have returned
+  const float s = __uint_as_float(c);
+  if (threadIdx.x == 0) {
+    if (blockIdx.x == 0) *s_out = s;
+    __threadfence();
+    atomicAdd(scratch + grid, 1u);
+  }
+  const quant::Div div(s);
+  // 3. N back to front (round r of the grid takes chunks chunks - 1 - r G - b), then the chunk.
+  for (int64_t k = chunks - 1 - blockIdx.x; k >= 0; k -= grid) {
+    P p[kResidentUnroll];
+#pragma unroll
+    for (int u = 0; u < kResidentUnroll; ++u) {
+      const int64_t i = rest + k * kChunk + u * kResidentBlock + threadIdx.x;
+      if (i < v.items) p[u].load_stream(x + i * kN);
+    }
+#pragma unroll
+    for (int u = 0; u < kResidentUnroll; ++u) {
+      const int64_t i = rest + k * kChunk + u * kResidentBlock + threadIdx.x;
+      if (i < v.items) {
+        float f[kN];
+        p[u].unpack(f);
+        quant::Q8<kN> out;
+        out.template quantize_bounded<false>(f, div);  // s bounds every |x|
+        out.store_stream(v.q + i * kN);
+      }
+    }
+  }
+  if (has_tail) store_tail<T, kN>(v, t, s);
+  if (blockIdx.x == 0) {  // chunk 0 holds the scratch: wait until every CTA has read it
+    if (threadIdx.x == 0) {
+      while (load_acquire(scratch + grid) < static_cast<uint32_t>(grid)) __nanosleep(64);
+    }
+    __syncthreads();
+  }
+#pragma unroll 2
+  for (int j = threadIdx.x; j < per_cta; j += kResidentBlock) {
+    P p;
+    p.set(0, resident[j]);
+    float f[kN];
+    p.unpack(f);
+    quant::Q8<kN> out;
+    out.template quantize_bounded<false>(f, div);
+    out.store_stream(v.q + (own + j) * kN);
+  }
+}
+
+// The resident kernel's shape on a device: its dynamic shared memory per CTA (0: no launch)
+// and the CTAs resident at once (one per SM where the occupancy says so). Cached per device.
+struct ResidentShape {
+  int bytes, grid;
+};
+
+template <typename T, int kN>
+inline ResidentShape resident_shape(int device) {
+  static ResidentShape cached[64] = {};
+  static bool known[64] = {};
+  if (device >= 0 && device < 64 && known[device]) return cached[device];
+  constexpr auto kernel = resident_kernel<T, kN>;
+  ResidentShape shape{0, 0};
+  int optin = 0, per_sm = 0;
+  cudaFuncAttributes attributes{};
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+          cudaSuccess &&
+      cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess) {
+    const int bytes = (optin - static_cast<int>(attributes.sharedSizeBytes)) /
+                      kResidentPiece * kResidentPiece;
+    if (bytes >= kResidentPiece &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) ==
+            cudaSuccess &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kResidentBlock, bytes) ==
+            cudaSuccess &&
+        per_sm > 0) {
+      shape = ResidentShape{bytes, per_sm * kernels::sm_count(device)};
+    }
+  }
+  (void)cudaGetLastError();  // a refused query or opt-in leaves no error behind
+  if (device >= 0 && device < 64) {
+    cached[device] = shape;
+    known[device] = true;
+  }
+  return shape;
+}
+
+// The resident kernel where x is larger than the resident part; false where it is not, where
+// the device has no room for it, or where the cooperative launch is refused.
+template <typename T, int kN>
+inline bool launch_resident(const kernels::Launch& ctx, const View& v, float* s) {
+  if (!kernels::cooperative_supported(ctx.device)) return false;
+  const ResidentShape shape = resident_shape<T, kN>(ctx.device);
+  const int per_cta = shape.bytes / 16;
+  if (shape.bytes == 0 || v.items <= int64_t{shape.grid} * per_cta) return false;
+  kernels::LaunchConfig config(dim3(static_cast<unsigned>(shape.grid)), dim3(kResidentBlock),
+                               static_cast<size_t>(shape.bytes), ctx.stream, false, 0, true);
+  const cudaError_t status = config.launch(resident_kernel<T, kN>, v, s, per_cta);
+  if (status == cudaErrorCooperativeLaunchTooLarge) {
+    cudaGetLastError();
+    return false;
+  }
+  kernels::check_launch(ctx.op, status);
+  return true;
+}
+
 // The cluster kernel with kVPT vectors per thread (1, 2, 4 or 8; row mode up to 4).
 template <typename T, int kN>
 inline auto cluster_kernel_for(int vpt, bool flat) {
@@ -505,6 +730,7 @@ inline void launch_all(const kernels::Launch& ctx, const View& v, float* s, bool
     if (v.flat && kernels::cooperative_supported(ctx.device) &&
         launch_cooperative<T, kN>(ctx, v, s))
       return;
+    if (v.flat && !(skipped_paths() & kSkipResident) && launch_resident<T, kN>(ctx, v, s)) return;
   }
   kernels::check_launch(ctx.op, cudaMemsetAsync(s, 0, sizeof(float), ctx.stream));
   const int64_t resident = int64_t{kernels::sm_count(ctx.device)} * (2048 / kBlock);
@@ -599,22 +825,33 @@ inline void per_tensor_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView s,
 }
 
 // Test hooks. per_tensor_quant_fp8_skip_paths: dynamic calls skip the paths in `mask` (bit 0
-// the cluster kernel; 0 restores the automatic choice). per_tensor_quant_fp8_cluster_size: the
-// CTAs of the cluster kernel for x's dtype (vector path) on x's device, 0 where none launches.
+// the cluster kernel, bit 1 the resident kernel; 0 restores the automatic choice).
+// per_tensor_quant_fp8_limits, for x's dtype (vector path) on x's device: which = 0, the CTAs
+// of the cluster kernel (0: none launches); 1, the resident kernel's resident vectors G x C
+// (it takes flat x of more vectors; 0: it does not launch).
 inline void per_tensor_quant_fp8_skip_paths(int64_t mask) {
-  TVM_FFI_CHECK(mask >= 0 && mask <= per_tensor_quant_fp8_detail::kSkipCluster, ValueError)
-      << "per_tensor_quant_fp8_skip_paths: mask must be 0 or 1, got " << mask;
+  namespace detail = per_tensor_quant_fp8_detail;
+  TVM_FFI_CHECK(mask >= 0 && mask <= (detail::kSkipCluster | detail::kSkipResident), ValueError)
+      << "per_tensor_quant_fp8_skip_paths: mask must be 0-3, got " << mask;
   per_tensor_quant_fp8_detail::skipped_paths() = static_cast<int>(mask);
 }
 
-inline int64_t per_tensor_quant_fp8_cluster_size(tvm::ffi::TensorView x) {
-  constexpr const char* kOp = "quantization.per_tensor_quant_fp8_cluster_size";
+inline int64_t per_tensor_quant_fp8_limits(tvm::ffi::TensorView x, int64_t which) {
+  namespace detail = per_tensor_quant_fp8_detail;
+  constexpr const char* kOp = "quantization.per_tensor_quant_fp8_limits";
   kernels::check_device(kOp, "x", x, kDLCUDA);
+  TVM_FFI_CHECK(which == 0 || which == 1, ValueError) << kOp << ": which must be 0 or 1";
   kernels::DeviceGuard guard(x);
-  int size = 0;
+  const int device = x.device().device_id;
+  int64_t limit = 0;
   KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
     constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
-    size = per_tensor_quant_fp8_detail::cluster_size<T, kVec>(x.device().device_id);
+    if (which == 0) {
+      limit = detail::cluster_size<T, kVec>(device);
+    } else {
+      const detail::ResidentShape shape = detail::resident_shape<T, kVec>(device);
+      limit = int64_t{shape.grid} * (shape.bytes / 16);
+    }
   });
-  return size;
+  return limit;
 }
