@@ -70,8 +70,9 @@ def test_compiled_entries_check_arguments_before_the_device():
 # One call per kernel path: per_token_quant_fp8's register kernels (1/2/4/8 vectors per thread),
 # vector and scalar loop kernels; per_token_group_quant_8bit's vector and scalar kernels in every
 # scale layout, fp8 and int8, 3-D and strided views, fused silu_and_mul, masked rows and the
-# grid-stride loop; per_tensor_quant_fp8's fused block, the memset + sweep + quantize path,
-# static, flat tails, row mode and misaligned views.
+# grid-stride loop; per_tensor_quant_fp8's fused block, the cluster kernel ((2, 32776)), the
+# memset + sweep + quantize path, the resident kernel, static, flat tails, row mode and
+# misaligned views.
 _MEMCHECK_SCRIPT = """
 import torch
 from kernels_quantization import (per_tensor_quant_fp8, per_token_group_quant_8bit,
@@ -112,6 +113,8 @@ for dtype in (torch.bfloat16, torch.float32):
                                backend="cuda")
     per_tensor_quant_fp8(x3, backend="cuda")
     per_tensor_quant_fp8(torch.randn(70001, device="cuda").to(dtype), backend="cuda")
+    # past the SMs' shared memory: the resident kernel (cp.async.bulk into shared memory)
+    per_tensor_quant_fp8(torch.randn(4100, 4096, device="cuda").to(dtype), backend="cuda")
 torch.cuda.synchronize()
 print("done")
 """

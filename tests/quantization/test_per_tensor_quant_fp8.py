@@ -3,6 +3,8 @@ shape, saturation, the all-zero edge, empty input, bad arguments, opcheck."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -98,8 +100,9 @@ def test_opcheck_static_and_dynamic():
 # The CUDA backend against the reference (GPU): bit-exact q and s, outputs poisoned first.
 
 GPU = pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)
-# One fused block (<= 4096 vectors), the cooperative single launch (contiguous, larger; the
-# memset + atomic-max sweep + reversed quantize pass for strided views), flat tails (sizes not in
+# One fused block (<= 4096 vectors), one thread-block cluster (up to 16 x 1024 x 8 vectors; rows
+# views and scalars up to 4 per thread), the memset + atomic-max sweep + reversed quantize pass
+# (larger; flat x past the SMs' shared memory: the resident kernel), flat tails (sizes not in
 # whole vectors), 3-D inputs.
 GPU_SHAPES = (
     (1,),
@@ -170,11 +173,13 @@ def test_cuda_edge_values(device, n):
     _run_both(x)
 
 
-# Either side of the cooperative launch's limit (one 256-vector chunk per CTA, at most
-# min(chunk 0's q bytes / 4 - 1, resident CTAs) of them: bf16 511, ~1M elements, fp32 255 on the
-# H200): 16 and 128 tokens of 7168 take it (fp32: 16 only); the larger shapes the memset + two
-# kernels, below the L2 and above it (~117 MB of bf16), with flat tails and chunk counts that are
-# no multiple of the grid; fp32 has 4-byte codes (a smaller scratch).
+# The cluster kernel covers 16 and 128 tokens of 7168 (flat bf16 and fp32); past it, and where
+# the cluster kernel is skipped (the test hook), the cooperative launch (one 256-vector chunk per
+# CTA, at most min(chunk 0's q bytes / 4 - 1, resident CTAs) of them: bf16 511, ~1M elements,
+# fp32 255 on the H200) and the memset + two kernels; flat x past the SMs' shared memory (132 x
+# 224 KiB on the H200: bf16 15.1M elements, fp32 7.6M) the resident kernel, the two kernels
+# where it is skipped; below the L2 and above it (~117 MB of bf16), with flat tails and chunk
+# counts that are no multiple of the grid; fp32 has 4-byte codes (a smaller scratch).
 COOPERATIVE_SHAPES = (
     (16, 7168),
     (128, 7168),
@@ -185,6 +190,36 @@ COOPERATIVE_SHAPES = (
 )
 
 
+def _hook(name: str):
+    from kernels_jit.loader import CompiledFunction
+    from kernels_quantization.ops.per_tensor_quant_fp8 import PER_TENSOR_QUANT_FP8_CUDA
+
+    return CompiledFunction(PER_TENSOR_QUANT_FP8_CUDA, name)
+
+
+@contextlib.contextmanager
+def _skip_paths(mask: int):
+    """Dynamic calls skip the CUDA paths in mask (1: the cluster kernel, 2: the resident kernel)
+    inside the block."""
+    hook = _hook("per_tensor_quant_fp8_skip_paths")
+    hook(mask)
+    try:
+        yield
+    finally:
+        hook(0)
+
+
+def _cluster_size(x: torch.Tensor) -> int:
+    """CTAs of the cluster kernel for x's dtype on its device (16 on the H200; 0: none)."""
+    return int(_hook("per_tensor_quant_fp8_limits")(x, 0))
+
+
+def _resident_vectors(x: torch.Tensor) -> int:
+    """The vectors the resident kernel keeps in shared memory for x's dtype (it takes flat x of
+    more vectors; 132 x 14336 on the H200; 0: it does not launch)."""
+    return int(_hook("per_tensor_quant_fp8_limits")(x, 1))
+
+
 def _cuda_kernels(fn) -> str:
     """The names of the kernels run while fn runs (torch.profiler), space-separated."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -193,43 +228,116 @@ def _cuda_kernels(fn) -> str:
     return " ".join(event.key for event in prof.key_averages())
 
 
+def _only(names: str, kernel: str) -> None:
+    kernels = (
+        "fused_kernel",
+        "cluster_kernel",
+        "cooperative_kernel",
+        "resident_kernel",
+        "absmax_kernel",
+    )
+    assert kernel in names, names
+    assert all(k not in names for k in kernels if k != kernel), names
+
+
 @pytest.mark.parametrize("device", (GPU,))
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
 @pytest.mark.parametrize("above", (False, True), ids=("largest_cooperative", "two_kernels"))
 def test_cuda_cooperative_limit(device, dtype, above):
-    """The largest x that one cooperative launch covers (G chunks of 256 vectors, a flat tail
-    holding the maximum) runs that kernel alone; one vector more runs the absmax sweep and the
-    quantize pass instead. G as the launch computes it: 6 CTAs per SM (__launch_bounds__)."""
+    """With the cluster kernel skipped: the largest x that one cooperative launch covers (G chunks
+    of 256 vectors, a flat tail holding the maximum) runs that kernel alone; one vector more runs
+    the absmax sweep and the quantize pass instead. G as the launch computes it: 6 CTAs per SM
+    (__launch_bounds__)."""
     vec = 16 // dtype.itemsize
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     ctas = min(256 * vec // 4 - 1, 6 * sms)
     n = ctas * 256 * vec + (vec if above else vec - 1)
     x = randn(n, dtype=dtype, device=device, seed=n, scale=3.0)
     x[-1] = -5000.0
-    names = _cuda_kernels(lambda: _run_both(x))
-    if above:
-        assert "absmax_kernel" in names and "quantize_kernel" in names, names
-        assert "cooperative_kernel" not in names, names
-    else:
-        assert "cooperative_kernel" in names, names
-        assert "absmax_kernel" not in names and "quantize_kernel" not in names, names
+    with _skip_paths(1):
+        names = _cuda_kernels(lambda: _run_both(x))
+    _only(names, "absmax_kernel" if above else "cooperative_kernel")
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_cluster_limits(device, dtype):
+    """The fused block's last size (4096 vectors + a tail) and the cluster kernel's first; the
+    cluster's last flat size (cluster x 1024 x 8 vectors + a tail holding the maximum) and one
+    vector more (the cooperative launch where it still fits, else the two kernels); rows views
+    up to cluster x 1024 x 4 vectors. The H200 runs clusters of 16."""
+    vec = 16 // dtype.itemsize
+    cluster = _cluster_size(torch.empty(1, dtype=dtype, device=device))
+    if torch.cuda.get_device_capability(device) == (9, 0):
+        assert cluster == 16
+    assert cluster in (0, 8, 16)
+    sizes = [(4096 * vec + vec - 1, "fused_kernel")]
+    if cluster:
+        last = cluster * 8192 * vec + vec - 1
+        sizes += [(4097 * vec, "cluster_kernel"), (last, "cluster_kernel"), (last + 1, None)]
+    for n, kernel in sizes:
+        x = randn(n, dtype=dtype, device=device, seed=n, scale=3.0)
+        x[-1] = -5000.0
+        names = _cuda_kernels(lambda x=x: _run_both(x))
+        if kernel is not None:
+            _only(names, kernel)
+        else:
+            assert "cluster_kernel" not in names and "fused_kernel" not in names, names
+    if cluster:
+        cols = 4096 + 8  # rows of a wider buffer: row mode, vectors
+        rows = cluster * 1024 * 4 * vec // 4096
+        base = randn(rows + 1, cols, dtype=dtype, device=device, seed=3, scale=7.0)
+        _only(_cuda_kernels(lambda: _run_both(base[:rows, :4096])), "cluster_kernel")
+        names = _cuda_kernels(lambda: _run_both(base[:, :4096]))
+        assert "cluster_kernel" not in names, names
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("static", (False, True))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "shape", ((16, 7168), (128, 7168), (5, 6553), (3, 7, 4099), (1, 65537), (127, 8191))
+)
+def test_cuda_cluster_matches_reference(device, static, dtype, shape):
+    """The cluster kernel's sizes: flat (every vectors-per-thread count, odd sizes with tails),
+    rows views (vectors; misaligned: scalars), a q of wider rows; values with NaN, inf, zeros."""
+    scale = torch.tensor([0.04], device=device) if static else None
+    x = randn(*shape, dtype=dtype, device=device, seed=sum(shape), scale=11.0)
+    _run_both(x, scale)
+    wide = randn(*shape[:-1], shape[-1] + 24, dtype=dtype, device=device, seed=1, scale=5.0)
+    _run_both(wide[..., 8 : 8 + shape[-1]], scale)  # rows views (vectors where aligned)
+    _run_both(wide[..., 1 : 1 + shape[-1]], scale)  # misaligned rows: scalars
+    out = torch.empty(*shape[:-1], shape[-1] + 32, dtype=torch.float8_e4m3fn, device=device)
+    _run_both(x, scale, out=out[..., 16 : 16 + shape[-1]])
+    _run_both(torch.zeros(shape, dtype=dtype, device=device), scale)  # the floor scale
+    flat = x.reshape(-1)
+    for where in (0, flat.numel() // 2, -1):  # rank 0, the middle rank, the tail / last rank
+        y = flat.clone()
+        y[where] = float("nan")
+        _run_both(y.view(shape), scale)
+        y[where] = float("-inf")
+        _run_both(y.view(shape), scale)
+        y[where] = -60000.0
+        _run_both(y.view(shape), scale)
 
 
 @pytest.mark.parametrize("device", (GPU,))
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
 @pytest.mark.parametrize("shape", COOPERATIVE_SHAPES, ids=str)
-def test_cuda_cooperative_matches_reference(device, dtype, shape):
+@pytest.mark.parametrize("skip", (0, 1, 3), ids=("auto", "no_cluster", "no_cluster_resident"))
+def test_cuda_cooperative_matches_reference(device, dtype, shape, skip):
     x = randn(*shape, dtype=dtype, device=device, seed=shape[0], scale=3.0)
-    _run_both(x)
-    _run_both(x)  # again: the scratch count is re-zeroed by every launch
+    with _skip_paths(skip):
+        _run_both(x)
+        _run_both(x)  # again: the scratch count is re-zeroed by every launch
 
 
 @pytest.mark.parametrize("device", (GPU,))
-@pytest.mark.parametrize("n", (131073, 9_000_001))  # fp32: cooperative (128 CTAs); two kernels
+@pytest.mark.parametrize("n", (131073, 9_000_001))  # fp32: the cluster; the resident kernel
 @pytest.mark.parametrize("where", (0, 5, -1))  # chunk 0 (q's scratch words), early, the tail
 def test_cuda_cooperative_absmax_anywhere(device, n, where):
-    """The maximum (a large value, then a NaN) in chunk 0, whose q holds the cooperative CTAs'
-    candidates until every CTA has read them, elsewhere, or in the flat tail."""
+    """The maximum (a large value, then a NaN) in chunk 0, whose q holds the cooperative (and
+    resident) CTAs' candidates until every CTA has read them, elsewhere, or in the flat tail."""
     x = randn(n, device=device, seed=4)
     x[where] = -5000.0
     _run_both(x)
@@ -239,9 +347,52 @@ def test_cuda_cooperative_absmax_anywhere(device, n, where):
 
 
 @pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_resident_limit(device, dtype):
+    """The largest flat x of the two kernels (the resident vectors and a tail) and the smallest of
+    the resident kernel (one vector of N, the part outside shared memory, holding the maximum);
+    the two kernels again with the resident kernel skipped."""
+    vec = 16 // dtype.itemsize
+    resident = _resident_vectors(torch.empty(1, dtype=dtype, device=device))
+    if torch.cuda.get_device_capability(device) == (9, 0):
+        assert resident == torch.cuda.get_device_properties(device).multi_processor_count * 14336
+    if resident == 0:
+        pytest.skip("the resident kernel does not launch on this device")
+    for n, kernel in ((resident * vec + vec - 1, "absmax_kernel"), (resident * vec + vec, None)):
+        x = randn(n, dtype=dtype, device=device, seed=n, scale=3.0)
+        x[-1] = -5000.0
+        _only(_cuda_kernels(lambda x=x: _run_both(x)), kernel or "resident_kernel")
+        if kernel is None:
+            with _skip_paths(2):
+                _only(_cuda_kernels(lambda x=x: _run_both(x)), "absmax_kernel")
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
+def test_cuda_resident_absmax_anywhere(device, dtype):
+    """The resident kernel with the maximum (a large value, then a NaN) in chunk 0 (q's scratch
+    words), in another CTA's chunk, at N's first and last vectors, in the flat tail; all zeros."""
+    vec = 16 // dtype.itemsize
+    resident = _resident_vectors(torch.empty(1, dtype=dtype, device=device))
+    if resident == 0:
+        pytest.skip("the resident kernel does not launch on this device")
+    per_cta = resident // torch.cuda.get_device_properties(device).multi_processor_count
+    n = resident * vec + 3 * 8192 * vec + 5 * vec + 3  # N: 3 rounds of one CTA's chunk, a tail
+    x = randn(n, dtype=dtype, device=device, seed=9)
+    for where in (0, 7 * per_cta * vec + 3, resident * vec, n - 3 - vec, n - 1):
+        y = x.clone()
+        y[where] = -5000.0
+        _only(_cuda_kernels(lambda y=y: _run_both(y)), "resident_kernel")
+        y[where] = float("nan")
+        _run_both(y)
+    _run_both(torch.zeros(n, dtype=dtype, device=device))
+
+
+@pytest.mark.parametrize("device", (GPU,))
 @pytest.mark.parametrize("shape", ((1, 7168), (16, 7168), (256, 7168), (4096, 7168)))
 def test_cuda_graph_capture(device, shape):
-    """Dynamic: the scale is re-zeroed inside the graph on every replay."""
+    """Dynamic: the scale is re-zeroed inside the graph on every replay (the fused block, the
+    cluster, the two kernels, the resident kernel's cooperative launch)."""
     x = randn(*shape, dtype=torch.bfloat16, device=device, seed=5, scale=100.0)
     per_tensor_quant_fp8(x)  # build and warm up outside the capture
     graph = torch.cuda.CUDAGraph()

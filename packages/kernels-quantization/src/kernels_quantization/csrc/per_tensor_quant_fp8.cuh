@@ -7,10 +7,19 @@
 // levels, a FastDivmod per item).
 //   - small dynamic inputs (<= 512 x 8 vectors: 32768 bf16): one block does everything: the
 //     tensor in registers, a block max, the scale, the quantized packs (one launch);
-//   - larger dynamic inputs, flat vectors, up to one chunk of 256 vectors per resident CTA
-//     (about 1M bf16 on the H200: 511 CTAs): one cooperative launch of one CTA per chunk (every
-//     CTA resident, or the launch fails and the two-kernel path below runs); CTA b, one vector
-//     per thread:
+//   - mid dynamic inputs (<= 16 x 1024 x 8 vectors: 1M bf16, 512K fp32; rows views and
+//     scalars up to 4 per thread): one thread-block cluster of 16 CTAs (a non-portable size; 8
+//     where the device keeps no cluster of 16 CTAs of 1024 threads resident) holds x in
+//     registers, up to 8 vectors per thread: each CTA's block max goes to its shared memory, one
+//     cluster barrier, every warp reads the cluster's maxima through distributed shared memory,
+//     then each CTA quantizes its registers. One launch and one cluster barrier (a few hundred
+//     ns) where the cooperative launch below paid a grid barrier across 100+ CTAs; predicted on
+//     the H200: [16, 7168] ~2.5 us (4.45 cooperative), [128, 7168] ~3.5 us (6.45), the 16 SMs'
+//     load bandwidth being the limit;
+//   - where no cluster launches (a refused size or query) or past a cluster of 8, flat vectors
+//     up to one chunk of 256 vectors per resident CTA (about 1M bf16 on the H200: 511 CTAs):
+//     one cooperative launch of one CTA per chunk (every CTA resident, or the launch fails and
+//     the two-kernel path below runs); CTA b, one vector per thread:
 //       1. loads chunk b, folding |x| into its candidate scale max(absmax_b, eps) / 448, which it
 //          writes (as bits) to word b of q, used as scratch: q[0, 4G) (word G, zeroed by CTA 0
 //          before the barrier, counts the CTAs that have read the candidates);
@@ -21,19 +30,38 @@
 //          0 waits for the count to reach G before storing it.
 //     One launch and one read of x instead of memset + two kernels, where the launches are most
 //     of the time. G <= (chunk's q bytes) / 4 - 1.
-//   - other dynamic inputs (row mode, scalars, flat vectors past that limit, a refused
-//     cooperative launch): the scale word is zeroed (cudaMemsetAsync on the caller's stream), a
-//     persistent grid (2048 threads per SM, 4 vectors per thread in flight) sweeps x front to
-//     back and atomicMax-es each block's candidate scale as bits into s; then the quantize pass
-//     (256 threads x 4 vectors per block) runs its blocks in reverse order, so the first blocks
-//     re-read the end of x, which the sweep left in L2;
+//   - large dynamic inputs, flat vectors beyond what the SMs' shared memory holds (G = one CTA
+//     of 1024 threads per SM, each with a resident chunk of C vectors, C x 16 bytes the largest
+//     whole multiple of 16 KiB that fits: 224 KiB, 29.6 MB on the H200's 132 SMs; bf16 past
+//     15.1M elements, fp32 past 7.6M; smaller x mostly fits the L2, which the two kernels below
+//     re-read): one cooperative launch, x = the resident part R (chunk b: vectors [b C,
+//     (b + 1) C)) then the rest N:
+//       1. CTA b starts TMA bulk copies (cp.async.bulk, 16 KiB each, L2 evict-first) of chunk b
+//          into its shared memory, sweeps its share of N front to back for the absmax (8
+//          vectors per thread in flight, plain loads: the end of N stays in L2), then folds in
+//          chunk b's absmax from shared memory and writes its candidate to q's scratch words as
+//          above;
+//       2. grid barrier; the scale as above;
+//       3. N quantized back to front (the first round of CTAs re-reads what L2 still holds),
+//          then chunk b from shared memory (CTA 0 last: the scratch words, after the count).
+//     DRAM traffic 2 |x| + |q| - (L2 hits) becomes 2 |x| - R + |q| - (L2 hits): predicted on
+//     the H200 [8192, 7168] ~70 us (79.05 with the two kernels below), [32768, 4096] ~159 us
+//     (166.3); where the launch is refused, the two kernels run;
+//   - other dynamic inputs (row mode, scalars, flat vectors between the cooperative launch's
+//     reach and the SMs' shared memory, a refused cooperative launch): the scale word is zeroed
+//     (cudaMemsetAsync on the caller's stream), a persistent grid (2048 threads per SM, 4
+//     vectors per thread in flight) sweeps x front to back and atomicMax-es each block's
+//     candidate scale as bits into s; then the quantize pass (256 threads x 4 vectors per block)
+//     runs its blocks in reverse order, so the first blocks re-read the end of x, which the
+//     sweep left in L2;
 //   - static: the quantize pass alone, one read of x and one write of q.
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(5);
+KERNELS_REQUIRE_HEADERS_API(7);
 
 #include <kernels/checks.h>
+#include <kernels/cluster.cuh>
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
 #include <kernels/pdl.cuh>
@@ -53,6 +81,23 @@ constexpr int kUnroll = 4;
 constexpr int kFusedBlock = 512;
 constexpr int kFusedMaxVPT = 8;
 constexpr float kEps = 1e-10f;
+constexpr int kClusterBlock = 1024;
+constexpr int kClusterMaxVPT = 8;
+constexpr int kClusterMaxRowVPT = 4;
+constexpr int kMaxCluster = 16;
+constexpr int kResidentBlock = 1024;
+constexpr int kResidentUnroll = 8;
+constexpr int kResidentPiece = 16 * 1024;  // bytes per bulk copy; the chunk is a multiple of it
+
+// Test hook (per module: modules compile with -fno-gnu-unique): dynamic calls skip the paths
+// whose bits are set (kSkipCluster, kSkipResident), so that the fallbacks run where they would
+// not.
+constexpr int kSkipCluster = 1;
+constexpr int kSkipResident = 2;
+inline int& skipped_paths() {
+  static int mask = 0;
+  return mask;
+}
 
 struct View {
   const void* x;
@@ -65,9 +110,9 @@ struct View {
   bool flat;
 };
 
-template <int kN>
+template <int kN, bool kFlatOnly = false>
 __device__ __forceinline__ void offsets(const View& v, int64_t i, int64_t& xo, int64_t& qo) {
-  if (v.flat) {
+  if (kFlatOnly || v.flat) {
     xo = qo = i * kN;
     return;
   }
@@ -213,6 +258,73 @@ __global__ void __launch_bounds__(kFusedBlock)
   if (has_tail) store_tail<T, kN>(v, t, s);
 }
 
+// Dynamic, mid: one cluster of gridDim.x CTAs (the grid is the cluster: blockIdx.x is the rank)
+// holds x in registers, CTA r items [r, r + 1) * kVPT * blockDim.x (items <= gridDim.x *
+// blockDim.x * kVPT). The block maxima meet in distributed shared memory; the second cluster
+// barrier's wait, at the end, keeps every CTA's shared memory alive until all have read it.
+// kFlat: x flat (no row offsets: row mode's offsets, kept across the barrier, spill at kVPT 8).
+template <typename T, int kN, int kVPT, bool kFlat>
+__global__ void __launch_bounds__(kClusterBlock)
+    cluster_kernel(bool pdl, const __grid_constant__ View v, float* s_out) {
+  using P = kernels::Pack<T, kN>;
+  __shared__ uint32_t shared[32];
+  __shared__ uint32_t block_absmax;  // read by every CTA of the cluster
+  const T* x = static_cast<const T*>(v.x);
+  const int first = static_cast<int>((blockIdx.x * kVPT) * blockDim.x + threadIdx.x);  // < 2^17
+  if (pdl) kernels::pdl_wait();
+  P p[kVPT];
+#pragma unroll
+  for (int j = 0; j < kVPT; ++j) {
+    const int i = first + j * static_cast<int>(blockDim.x);
+    if (i < v.items) {
+      int64_t xo, qo;
+      offsets<kN, kFlat>(v, i, xo, qo);
+      p[j].load_stream(x + xo);
+    } else {
+      p[j].zero();
+    }
+  }
+  const bool has_tail = blockIdx.x == 0 && static_cast<int>(threadIdx.x) < v.tail;
+  const float t = has_tail ? tail_value<T, kN>(v) : 0.0f;
+  uint32_t m = quant::abs_bits(t);
+#pragma unroll
+  for (int j = 0; j < kVPT; ++j) {
+    float f[kN];
+    p[j].unpack(f);
+    m = quant::absmax_bits(f, m);
+  }
+  m = quant::block_max(m, shared);
+  if (pdl) kernels::pdl_launch_dependents();
+  if (threadIdx.x == 0) block_absmax = m;
+  kernels::cluster_arrive();  // releases block_absmax
+  kernels::cluster_wait();
+  // Lane r of every warp reads rank r's maximum (gridDim.x <= 16 lanes).
+  const unsigned lane = threadIdx.x & 31u;
+  uint32_t c = 0u;
+  if (lane < gridDim.x)
+    c = *cooperative_groups::this_cluster().map_shared_rank(&block_absmax, static_cast<int>(lane));
+  c = quant::lanes_max<32>(c);
+  kernels::cluster_arrive();  // this CTA has read every rank's word
+  const float s = quant::dynamic_scale(c, kEps, quant::kFp8Max);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *s_out = s;
+  const quant::Div div(s);
+#pragma unroll
+  for (int j = 0; j < kVPT; ++j) {
+    const int i = first + j * static_cast<int>(blockDim.x);
+    if (i < v.items) {
+      int64_t xo, qo;
+      offsets<kN, kFlat>(v, i, xo, qo);
+      float f[kN];
+      p[j].unpack(f);
+      quant::Q8<kN> out;
+      out.template quantize_bounded<false>(f, div);  // s bounds every |x|
+      out.store_stream(v.q + qo);
+    }
+  }
+  if (has_tail) store_tail<T, kN>(v, t, s);
+  kernels::cluster_wait();  // every CTA has read this CTA's block_absmax
+}
+
 // ld.acquire.gpu: the count CTA 0 waits on.
 __device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
   uint32_t v;
@@ -295,6 +407,285 @@ inline bool launch_cooperative(const kernels::Launch& ctx, const View& v, float*
   return true;
 }
 
+// The shared-memory address of p (for the mbarrier and bulk-copy operands).
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// One mbarrier (one arrival: the thread that starts the bulk copies) and its transaction bytes.
+__device__ __forceinline__ void mbarrier_init_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the copies
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               :
+               : "r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+}
+
+// Global -> shared bulk copy (TMA; bytes a multiple of 16, both addresses 16-byte aligned),
+// completing on bar; L2 evict-first: the copied lines are not read again.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;" ::"r"(shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(shared_address(bar)), "l"(policy)
+      : "memory");
+}
+
+// Waits for phase 0 of bar (the bulk copies' bytes all arrived).
+__device__ __forceinline__ void mbarrier_wait_phase0(uint64_t* bar) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
+      "@!done bra WAIT_%=;\n"
+      "}" ::"r"(shared_address(bar))
+      : "memory");
+}
+
+// Dynamic, large, flat vectors (the header's resident steps 1-3): CTA b of G holds chunk b
+// (per_cta vectors, per_cta * 16 bytes of dynamic shared memory) of the resident part
+// R = G * per_cta < items; the rest N = [R, items) is swept in chunks of kResidentBlock *
+// kResidentUnroll vectors, forward for the absmax, backward for the quantize pass. q's words
+// [0, G] are scratch until CTA 0 stores chunk 0.
+template <typename T, int kN>
+__global__ void __launch_bounds__(kResidentBlock, 1)
+    resident_kernel(const __grid_constant__ View v, float* s_out, int per_cta) {
+  using P = kernels::Pack<T, kN>;
+  extern __shared__ uint4 resident[];
+  __shared__ uint64_t filled;
+  __shared__ uint32_t shared_own[32], shared_all[32];
+  const T* x = static_cast<const T*>(v.x);
+  uint32_t* scratch = reinterpret_cast<uint32_t*>(v.q);
+  const int64_t grid = gridDim.x;
+  const int64_t own = static_cast<int64_t>(blockIdx.x) * per_cta;  // the chunk's first vector
+  const int64_t rest = grid * per_cta;                              // N's first vector
+  constexpr int64_t kChunk = int64_t{kResidentBlock} * kResidentUnroll;
+  const int64_t chunks = (v.items - rest + kChunk - 1) / kChunk;  // of N
+  // 1. The chunk's bulk copies in flight while the CTA sweeps its share of N.
+  if (threadIdx.x == 0) {
+    const uint32_t bytes = static_cast<uint32_t>(per_cta) * 16u;
+    mbarrier_init_expect(&filled, bytes);
+    const char* src = reinterpret_cast<const char*>(x + own * kN);
+    char* dst = reinterpret_cast<char*>(resident);
+    for (uint32_t b = 0; b < bytes; b += kResidentPiece)
+      bulk_load(dst + b, src + b, kResidentPiece, &filled);
+    if (blockIdx.x == 0) scratch[grid] = 0u;  // the count, before the barrier
+  }
+  uint32_t m = 0;
+  for (int64_t k = blockIdx.x; k < chunks; k += grid) {
+    P p[kResidentUnroll];
+    m = quant::load_absmax(p, m, [&](int u, P& pack) {
+      const int64_t i = rest + k * kChunk + u * kResidentBlock + threadIdx.x;
+      if (i >= v.items) return false;
+      pack.load(x + i * kN);  // not streaming: step 3 re-reads the end of N from L2
+      return true;
+    });
+  }
+  const bool has_tail = blockIdx.x == 0 && static_cast<int>(threadIdx.x) < v.tail;
+  const float t = has_tail ? tail_value<T, kN>(v) : 0.0f;
+  m = max(m, quant::abs_bits(t));
+  __syncthreads();  // the mbarrier's initialization, before any thread waits on it
+  mbarrier_wait_phase0(&filled);
+#pragma unroll 2
+  for (int j = threadIdx.x; j < per_cta; j += kResidentBlock) {
+    P p;
+    p.set(0, resident[j]);
+    float f[kN];
+    p.unpack(f);
+    m = quant::absmax_bits(f, m);
+  }
+  m = quant::block_max(m, shared_own);
+  if (threadIdx.x == 0)
+    scratch[blockIdx.x] = __float_as_uint(quant::dynamic_scale(m, kEps, quant::kFp8Max));
+  cooperative_groups::this_grid().sync();
+  // 2. The scale: the maximum candidate; then this CTA is done with the scratch words.
+  uint32_t c = 0;
+  for (int64_t j = threadIdx.x; j < grid; j += kResidentBlock) c = max(c, __ldcg(scratch + j));
+  c = quant::block_max(c, shared_all);  // its barrier: every thread's reads have returned
+  const float s = __uint_as_float(c);
+  if (threadIdx.x == 0) {
+    if (blockIdx.x == 0) *s_out = s;
+    __threadfence();
+    atomicAdd(scratch + grid, 1u);
+  }
+  const quant::Div div(s);
+  // 3. N back to front (round r of the grid takes chunks chunks - 1 - r G - b), then the chunk.
+  for (int64_t k = chunks - 1 - blockIdx.x; k >= 0; k -= grid) {
+    P p[kResidentUnroll];
+#pragma unroll
+    for (int u = 0; u < kResidentUnroll; ++u) {
+      const int64_t i = rest + k * kChunk + u * kResidentBlock + threadIdx.x;
+      if (i < v.items) p[u].load_stream(x + i * kN);
+    }
+#pragma unroll
+    for (int u = 0; u < kResidentUnroll; ++u) {
+      const int64_t i = rest + k * kChunk + u * kResidentBlock + threadIdx.x;
+      if (i < v.items) {
+        float f[kN];
+        p[u].unpack(f);
+        quant::Q8<kN> out;
+        out.template quantize_bounded<false>(f, div);  // s bounds every |x|
+        out.store_stream(v.q + i * kN);
+      }
+    }
+  }
+  if (has_tail) store_tail<T, kN>(v, t, s);
+  if (blockIdx.x == 0) {  // chunk 0 holds the scratch: wait until every CTA has read it
+    if (threadIdx.x == 0) {
+      while (load_acquire(scratch + grid) < static_cast<uint32_t>(grid)) __nanosleep(64);
+    }
+    __syncthreads();
+  }
+#pragma unroll 2
+  for (int j = threadIdx.x; j < per_cta; j += kResidentBlock) {
+    P p;
+    p.set(0, resident[j]);
+    float f[kN];
+    p.unpack(f);
+    quant::Q8<kN> out;
+    out.template quantize_bounded<false>(f, div);
+    out.store_stream(v.q + (own + j) * kN);
+  }
+}
+
+// The resident kernel's shape on a device: its dynamic shared memory per CTA (0: no launch)
+// and the CTAs resident at once (one per SM where the occupancy says so). Cached per device.
+struct ResidentShape {
+  int bytes, grid;
+};
+
+template <typename T, int kN>
+inline ResidentShape resident_shape(int device) {
+  static ResidentShape cached[64] = {};
+  static bool known[64] = {};
+  if (device >= 0 && device < 64 && known[device]) return cached[device];
+  constexpr auto kernel = resident_kernel<T, kN>;
+  ResidentShape shape{0, 0};
+  int optin = 0, per_sm = 0;
+  cudaFuncAttributes attributes{};
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+          cudaSuccess &&
+      cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess) {
+    const int bytes = (optin - static_cast<int>(attributes.sharedSizeBytes)) /
+                      kResidentPiece * kResidentPiece;
+    if (bytes >= kResidentPiece &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) ==
+            cudaSuccess &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kResidentBlock, bytes) ==
+            cudaSuccess &&
+        per_sm > 0) {
+      shape = ResidentShape{bytes, per_sm * kernels::sm_count(device)};
+    }
+  }
+  (void)cudaGetLastError();  // a refused query or opt-in leaves no error behind
+  if (device >= 0 && device < 64) {
+    cached[device] = shape;
+    known[device] = true;
+  }
+  return shape;
+}
+
+// The resident kernel where x is larger than the resident part; false where it is not, where
+// the device has no room for it, or where the cooperative launch is refused.
+template <typename T, int kN>
+inline bool launch_resident(const kernels::Launch& ctx, const View& v, float* s) {
+  if (!kernels::cooperative_supported(ctx.device)) return false;
+  const ResidentShape shape = resident_shape<T, kN>(ctx.device);
+  const int per_cta = shape.bytes / 16;
+  if (shape.bytes == 0 || v.items <= int64_t{shape.grid} * per_cta) return false;
+  kernels::LaunchConfig config(dim3(static_cast<unsigned>(shape.grid)), dim3(kResidentBlock),
+                               static_cast<size_t>(shape.bytes), ctx.stream, false, 0, true);
+  const cudaError_t status = config.launch(resident_kernel<T, kN>, v, s, per_cta);
+  if (status == cudaErrorCooperativeLaunchTooLarge) {
+    cudaGetLastError();
+    return false;
+  }
+  kernels::check_launch(ctx.op, status);
+  return true;
+}
+
+// The cluster kernel with kVPT vectors per thread (1, 2, 4 or 8; row mode up to 4).
+template <typename T, int kN>
+inline auto cluster_kernel_for(int vpt, bool flat) {
+  if (!flat) {
+    switch (vpt) {
+      case 1:
+        return cluster_kernel<T, kN, 1, false>;
+      case 2:
+        return cluster_kernel<T, kN, 2, false>;
+      default:
+        return cluster_kernel<T, kN, kClusterMaxRowVPT, false>;
+    }
+  }
+  switch (vpt) {
+    case 1:
+      return cluster_kernel<T, kN, 1, true>;
+    case 2:
+      return cluster_kernel<T, kN, 2, true>;
+    case 4:
+      return cluster_kernel<T, kN, 4, true>;
+    default:
+      return cluster_kernel<T, kN, kClusterMaxVPT, true>;
+  }
+}
+
+// CTAs per cluster of the cluster kernels on `device`: 16 (non-portable) where a cluster of 16
+// CTAs of kClusterBlock threads fits at once (cudaOccupancyMaxActiveClusters), else 8, else 0
+// (no cluster launch: before sm_90, or a refused opt-in or query). Cached per device; the first
+// call opts every instantiation in to non-portable sizes, and the flat kVPT = 8 one (the most
+// registers) stands for all in the query.
+template <typename T, int kN>
+inline int cluster_size(int device) {
+  static int cached[64] = {0};  // 0 unknown, else the size + 1
+  if (device >= 0 && device < 64 && cached[device]) return cached[device] - 1;
+  int major = 0, size = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  bool allowed = major >= 9;
+  for (int vpt = 1; vpt <= kClusterMaxVPT && allowed; vpt *= 2) {
+    for (const bool flat : {true, false}) {
+      allowed = allowed && cudaFuncSetAttribute(cluster_kernel_for<T, kN>(vpt, flat),
+                                                cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                                1) == cudaSuccess;
+    }
+  }
+  for (int c = kMaxCluster; allowed && c >= 8 && size == 0; c /= 2) {
+    const kernels::LaunchConfig query(dim3(static_cast<unsigned>(c)), dim3(kClusterBlock), 0,
+                                      nullptr, false, static_cast<unsigned>(c));
+    int active = 0;
+    if (cudaOccupancyMaxActiveClusters(&active, cluster_kernel_for<T, kN>(kClusterMaxVPT, true),
+                                       &query.config) == cudaSuccess &&
+        active > 0)
+      size = c;
+  }
+  (void)cudaGetLastError();  // a refused opt-in or query leaves no error behind
+  if (device >= 0 && device < 64) cached[device] = size + 1;
+  return size;
+}
+
+// The cluster kernel where x fits its registers: the fewest vectors per thread (1, 2, 4, 8;
+// row mode up to 4) that cover x with every CTA of the cluster, then the fewest threads (whole
+// warps). False where no cluster launches or x is larger.
+template <typename T, int kN>
+inline bool launch_cluster(const kernels::Launch& ctx, const View& v, float* s) {
+  const int cluster = cluster_size<T, kN>(ctx.device);
+  const int max_vpt = v.flat ? kClusterMaxVPT : kClusterMaxRowVPT;
+  if (cluster == 0 || v.items > int64_t{cluster} * kClusterBlock * max_vpt) return false;
+  int vpt = 1;
+  while (v.items > int64_t{cluster} * kClusterBlock * vpt) vpt *= 2;
+  const int64_t per_cta = (v.items + cluster - 1) / cluster;
+  const unsigned block = static_cast<unsigned>(((per_cta + vpt - 1) / vpt + 31) / 32 * 32);
+  const unsigned grid = static_cast<unsigned>(cluster);
+  const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device, grid, block);
+  kernels::LaunchConfig config(dim3(grid), dim3(block), 0, ctx.stream, pdl, grid);
+  kernels::check_launch(ctx.op, config.launch(cluster_kernel_for<T, kN>(vpt, v.flat), pdl, v, s));
+  return true;
+}
+
 template <typename T, int kN>
 inline void launch_fused(const kernels::Launch& ctx, const View& v, float* s) {
   int vpt = 1;
@@ -330,6 +721,7 @@ inline void launch_all(const kernels::Launch& ctx, const View& v, float* s, bool
     return;
   }
   if (v.items <= int64_t{kFusedBlock} * kFusedMaxVPT) return launch_fused<T, kN>(ctx, v, s);
+  if (!(skipped_paths() & kSkipCluster) && launch_cluster<T, kN>(ctx, v, s)) return;
   if constexpr (kN > 1) {
     // Only while one chunk per CTA covers x, where the launches are most of the time (H200,
     // 2026-12-04: [16, 7168] 6.10 -> 4.45 us, [128, 7168] 7.86 -> 6.41). Above it a persistent
@@ -338,6 +730,7 @@ inline void launch_all(const kernels::Launch& ctx, const View& v, float* s, bool
     if (v.flat && kernels::cooperative_supported(ctx.device) &&
         launch_cooperative<T, kN>(ctx, v, s))
       return;
+    if (v.flat && !(skipped_paths() & kSkipResident) && launch_resident<T, kN>(ctx, v, s)) return;
   }
   kernels::check_launch(ctx.op, cudaMemsetAsync(s, 0, sizeof(float), ctx.stream));
   const int64_t resident = int64_t{kernels::sm_count(ctx.device)} * (2048 / kBlock);
@@ -429,4 +822,36 @@ inline void per_tensor_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView s,
       detail::launch_all<T, 1>(ctx, v, s_ptr, is_static);
     }
   });
+}
+
+// Test hooks. per_tensor_quant_fp8_skip_paths: dynamic calls skip the paths in `mask` (bit 0
+// the cluster kernel, bit 1 the resident kernel; 0 restores the automatic choice).
+// per_tensor_quant_fp8_limits, for x's dtype (vector path) on x's device: which = 0, the CTAs
+// of the cluster kernel (0: none launches); 1, the resident kernel's resident vectors G x C
+// (it takes flat x of more vectors; 0: it does not launch).
+inline void per_tensor_quant_fp8_skip_paths(int64_t mask) {
+  namespace detail = per_tensor_quant_fp8_detail;
+  TVM_FFI_CHECK(mask >= 0 && mask <= (detail::kSkipCluster | detail::kSkipResident), ValueError)
+      << "per_tensor_quant_fp8_skip_paths: mask must be 0-3, got " << mask;
+  per_tensor_quant_fp8_detail::skipped_paths() = static_cast<int>(mask);
+}
+
+inline int64_t per_tensor_quant_fp8_limits(tvm::ffi::TensorView x, int64_t which) {
+  namespace detail = per_tensor_quant_fp8_detail;
+  constexpr const char* kOp = "quantization.per_tensor_quant_fp8_limits";
+  kernels::check_device(kOp, "x", x, kDLCUDA);
+  TVM_FFI_CHECK(which == 0 || which == 1, ValueError) << kOp << ": which must be 0 or 1";
+  kernels::DeviceGuard guard(x);
+  const int device = x.device().device_id;
+  int64_t limit = 0;
+  KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
+    constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
+    if (which == 0) {
+      limit = detail::cluster_size<T, kVec>(device);
+    } else {
+      const detail::ResidentShape shape = detail::resident_shape<T, kVec>(device);
+      limit = int64_t{shape.grid} * (shape.bytes / 16);
+    }
+  });
+  return limit;
 }

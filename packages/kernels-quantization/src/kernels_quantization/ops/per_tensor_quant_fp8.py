@@ -18,9 +18,15 @@ PER_TENSOR_QUANT_FP8_CUDA = ModuleSpec(
     name="per_tensor_quant_fp8",
     package="kernels_quantization",
     sources=("csrc/per_tensor_quant_fp8.cuh",),
-    exports=(("per_tensor_quant_fp8", "per_tensor_quant_fp8"),),
-    description="CUDA: one fused block (small); one cooperative launch (one chunk per CTA); else "
-    "an absmax sweep + a reversed quantize pass",
+    exports=(
+        ("per_tensor_quant_fp8", "per_tensor_quant_fp8"),
+        ("per_tensor_quant_fp8_skip_paths", "per_tensor_quant_fp8_skip_paths"),
+        ("per_tensor_quant_fp8_limits", "per_tensor_quant_fp8_limits"),
+    ),
+    description="CUDA: one fused block (small); one thread-block cluster holding x in registers "
+    "(mid); one cooperative launch (one chunk per CTA; where no cluster launches); past the SMs' "
+    "shared memory one cooperative launch keeping a chunk per CTA there across the grid barrier; "
+    "else an absmax sweep + a reversed quantize pass",
 )
 
 _per_tensor_quant_fp8_cuda = CompiledFunction(PER_TENSOR_QUANT_FP8_CUDA, "per_tensor_quant_fp8")
