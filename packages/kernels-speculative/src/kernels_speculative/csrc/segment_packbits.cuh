@@ -8,7 +8,9 @@
 // its edge segments by one binary search each over the global pointers, then each thread narrows
 // within them. The pointers are preconditions: a segment whose pointers are inconsistent
 // (negative length, bytes not ceil(len/8), input past nnz, output past len(y)) is skipped, so the
-// kernel only ever reads x[0:nnz] and writes y[0:len(y)]. No host synchronisation.
+// kernel only ever reads x[0:nnz] and writes y[0:len(y)]. No host synchronisation. Under PDL the
+// next kernel is released once a block's loads are issued (back-to-back calls overlap its launch
+// with this grid's search and stores).
 #pragma once
 
 #include <kernels/version.h>
@@ -136,9 +138,13 @@ __global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) 
       staged[0][i] = p.in[i];
       staged[1][i] = p.out[i];
     }
+    // The next kernel's blocks may start now: its pdl_wait still waits for this whole grid, and
+    // its launch and block start then overlap this grid's search, packing and stores.
+    if (pdl) kernels::pdl_launch_dependents();
     ptr = StagedPtrs{staged[0], staged[1]};
     __syncthreads();
   } else {
+    if (pdl) kernels::pdl_launch_dependents();
     ptr = GlobalPtrs{p.in, p.out};
   }
   // Staged pointers: every thread searches all segments itself (a few shared-memory steps), no
@@ -185,7 +191,6 @@ __global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) 
       }
     }
   }
-  if (pdl) kernels::pdl_launch_dependents();
 }
 
 }  // namespace segment_packbits_detail
