@@ -267,6 +267,20 @@ def test_cuda_skips_inconsistent_pointers_without_faulting():
 
 
 @pytest.mark.gpu
+def test_cuda_skips_int64_pointers_past_int32():
+    """The staged pointers are int32: an int64 pointer of 2^32 + 4 must stay out of range (a
+    truncation would read it as 4 and make segment 1 look valid)."""
+    x, indptr = _case([9, 16, 5], seed=14)
+    x, indptr = x.cuda(), indptr.cuda().long()
+    out = torch.full((5,), 0xAB, dtype=torch.uint8, device="cuda")
+    bad = torch.tensor([0, 2, 2**32 + 4, 5], dtype=torch.int64, device="cuda")
+    segment_packbits(x, indptr, output_indptr=bad, out=out, backend="cuda")
+    torch.cuda.synchronize()
+    want = oracle(x.tolist(), [9, 16, 5], "little")
+    assert out.tolist() == [*want[:2], 0xAB, 0xAB, 0xAB]
+
+
+@pytest.mark.gpu
 def test_cuda_graph_capture():
     lens = [4096] * 64
     x, indptr = _case(lens, seed=12)
