@@ -2,16 +2,17 @@
 // y[out[b]:out[b+1]] ("little": element 8j+t is bit t of byte j; "big": bit 7-t; bits past the
 // segment end are 0). One thread per 4 output bytes (32 input bools: two 16-byte loads when the
 // segment is aligned, bytes otherwise; issued before the segment search at the offset whole-byte
-// segments give them, so one memory round trip suffices there), blocks of 256 threads over y. Up
-// to 1024 segments (offsets below 2^31), every block stages both pointer arrays in shared memory as
-// int32 (one round of coalesced loads, all issued before the first store) and each thread finds
-// its segment by a power-of-two search of one shared load a step; beyond that a block first finds
-// its edge segments by one binary search each over the global pointers, then each thread narrows
-// within them. The pointers are preconditions: a segment whose pointers are inconsistent
-// (negative length, bytes not ceil(len/8), input past nnz, output past len(y)) is skipped, so the
-// kernel only ever reads x[0:nnz] and writes y[0:len(y)]. No host synchronisation. Under PDL the
-// next kernel is released once a block's loads are issued (back-to-back calls overlap its launch
-// with this grid's search and stores).
+// segments give them, so one memory round trip suffices there; eight bools pack by one 64-bit
+// multiply of their nonzero flags), blocks of 256 threads over y. Up to 1024 segments (offsets
+// below 2^31), every block stages both pointer arrays in shared memory as int32 (one round of
+// coalesced loads, all issued before the first store) and each thread finds its segment by a
+// power-of-two search of one shared load a step; beyond that a block first finds its edge segments
+// by one binary search each over the global pointers, then each thread narrows within them. The
+// pointers are preconditions: a segment whose pointers are inconsistent (negative length, bytes not
+// ceil(len/8), input past nnz, output past len(y)) is skipped, so the kernel only ever reads
+// x[0:nnz] and writes y[0:len(y)]. No host synchronisation. Under PDL the next kernel is released
+// once a block's loads are issued (back-to-back calls overlap its launch with this grid's search
+// and stores).
 #pragma once
 
 #include <kernels/version.h>
@@ -93,14 +94,30 @@ __device__ __forceinline__ int find_staged_segment(const int32_t* out, int n, in
   return b;
 }
 
+// Bit 7 of each byte of w set where that byte is nonzero, every other bit clear.
+__device__ __forceinline__ uint32_t nonzero_bytes(uint32_t w) {
+  return (((w & 0x7f7f7f7fu) + 0x7f7f7f7fu) | w) & 0x80808080u;
+}
+
+// Eight input bytes (lo: elements 0-3, hi: 4-7) as one little-order byte: bit t = element t != 0.
+// Flag t sits at bit 8t + 7 of the 64-bit hi:lo; the multiplier's terms 2^(7k), k < 8, put the 64
+// products on distinct bits (no carries), and only k = 7 - t reaches bits 56-63, at bit 56 + t.
+// Only the high word of the product is formed: about ten integer instructions for eight elements
+// instead of a select and a shift per element.
+__device__ __forceinline__ uint32_t pack8_little(uint32_t lo, uint32_t hi) {
+  constexpr uint32_t kLo = 0x10204081u, kHi = 0x00020408u;  // sum of 2^(7k), k = 0..7
+  const uint32_t f_lo = nonzero_bytes(lo), f_hi = nonzero_bytes(hi);
+  return (__umulhi(f_lo, kLo) + f_lo * kHi + f_hi * kLo) >> 24;
+}
+
+// Four packed bytes in big order: each byte's bits reversed in place.
+__device__ __forceinline__ uint32_t reverse_bits_per_byte(uint32_t w) {
+  return __byte_perm(__brev(w), 0, 0x0123);
+}
+
 __device__ __forceinline__ uint32_t pack8(uint64_t v, bool big) {
-  uint32_t r = 0;
-#pragma unroll
-  for (int t = 0; t < 8; ++t) {
-    const uint32_t bit = ((v >> (8 * t)) & 0xffu) != 0u;
-    r |= bit << (big ? 7 - t : t);
-  }
-  return r;
+  const uint32_t r = pack8_little(static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32));
+  return big ? __brev(r) >> 24 : r;
 }
 
 // One segment's pointers, checked against the sizes.
@@ -214,12 +231,9 @@ __global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) 
         a = *reinterpret_cast<const uint4*>(p.x + first);
         c = *reinterpret_cast<const uint4*>(p.x + first + 16);
       }
-      const uint32_t word =
-          pack8((static_cast<uint64_t>(a.y) << 32) | a.x, p.big) |
-          (pack8((static_cast<uint64_t>(a.w) << 32) | a.z, p.big) << 8) |
-          (pack8((static_cast<uint64_t>(c.y) << 32) | c.x, p.big) << 16) |
-          (pack8((static_cast<uint64_t>(c.w) << 32) | c.z, p.big) << 24);
-      *reinterpret_cast<uint32_t*>(p.y + o0) = word;
+      const uint32_t word = pack8_little(a.x, a.y) | (pack8_little(a.z, a.w) << 8) |
+                            (pack8_little(c.x, c.y) << 16) | (pack8_little(c.z, c.w) << 24);
+      *reinterpret_cast<uint32_t*>(p.y + o0) = p.big ? reverse_bits_per_byte(word) : word;
     } else {
 #pragma unroll
       for (int k = 0; k < kBytesPerThread; ++k) {
