@@ -267,6 +267,39 @@ def test_cuda_skips_inconsistent_pointers_without_faulting():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("bitorder", ["little", "big"])
+@pytest.mark.parametrize("lens", [[4096] * 8, [31, 4097, 9, 1000]], ids=str)
+def test_cuda_counts_every_nonzero_byte_as_set(lens, bitorder):
+    """Bool storage bytes other than 0 and 1 (a uint8 buffer viewed as bool) pack as set bits,
+    on the aligned 32-byte path and on the byte path."""
+    g = torch.Generator().manual_seed(15)
+    raw = torch.randint(0, 256, (sum(lens),), generator=g, dtype=torch.uint8)
+    raw[torch.rand(raw.shape, generator=g) < 0.4] = 0
+    raw[:64:3] = torch.tensor([1, 2, 0x7F, 0x80, 0xFF, 0x40], dtype=torch.uint8).repeat(4)[:22]
+    indptr = torch.zeros(len(lens) + 1, dtype=torch.int32)
+    indptr[1:] = torch.tensor(lens).cumsum(0)
+    want = oracle((raw != 0).tolist(), lens, bitorder)
+    got, _ = segment_packbits(
+        raw.cuda().view(torch.bool), indptr.cuda(), bitorder=bitorder, backend="cuda"
+    )
+    assert got.tolist() == want
+
+
+@pytest.mark.gpu
+def test_cuda_skips_int64_pointers_past_int32():
+    """The staged pointers are int32: an int64 pointer of 2^32 + 4 must stay out of range (a
+    truncation would read it as 4 and make segment 1 look valid)."""
+    x, indptr = _case([9, 16, 5], seed=14)
+    x, indptr = x.cuda(), indptr.cuda().long()
+    out = torch.full((5,), 0xAB, dtype=torch.uint8, device="cuda")
+    bad = torch.tensor([0, 2, 2**32 + 4, 5], dtype=torch.int64, device="cuda")
+    segment_packbits(x, indptr, output_indptr=bad, out=out, backend="cuda")
+    torch.cuda.synchronize()
+    want = oracle(x.tolist(), [9, 16, 5], "little")
+    assert out.tolist() == [*want[:2], 0xAB, 0xAB, 0xAB]
+
+
+@pytest.mark.gpu
 def test_cuda_graph_capture():
     lens = [4096] * 64
     x, indptr = _case(lens, seed=12)

@@ -2,13 +2,17 @@
 // y[out[b]:out[b+1]] ("little": element 8j+t is bit t of byte j; "big": bit 7-t; bits past the
 // segment end are 0). One thread per 4 output bytes (32 input bools: two 16-byte loads when the
 // segment is aligned, bytes otherwise; issued before the segment search at the offset whole-byte
-// segments give them, so one memory round trip suffices there), blocks of 256 threads over y. Up
-// to 1024 segments, every block stages both pointer arrays in shared memory (one round of
-// coalesced loads) and each thread searches them for its segment; beyond that a block first finds
-// its edge segments by one binary search each over the global pointers, then each thread narrows
-// within them. The pointers are preconditions: a segment whose pointers are inconsistent
-// (negative length, bytes not ceil(len/8), input past nnz, output past len(y)) is skipped, so the
-// kernel only ever reads x[0:nnz] and writes y[0:len(y)]. No host synchronisation.
+// segments give them, so one memory round trip suffices there; eight bools pack by one 64-bit
+// multiply of their nonzero flags), blocks of 256 threads over y. Up to 1024 segments (offsets
+// below 2^31), every block stages both pointer arrays in shared memory as int32 (one round of
+// coalesced loads, all issued before the first store) and each thread finds its segment by a
+// power-of-two search of one shared load a step; beyond that a block first finds its edge segments
+// by one binary search each over the global pointers, then each thread narrows within them. The
+// pointers are preconditions: a segment whose pointers are inconsistent (negative length, bytes not
+// ceil(len/8), input past nnz, output past len(y)) is skipped, so the kernel only ever reads
+// x[0:nnz] and writes y[0:len(y)]. No host synchronisation. Under PDL the next kernel is released
+// once a block's loads are issued (back-to-back calls overlap its launch with this grid's search
+// and stores).
 #pragma once
 
 #include <kernels/version.h>
@@ -41,11 +45,19 @@ struct Params {
 // Pointers up to this many segments are staged in shared memory by every block (one round of
 // coalesced loads instead of a chain of dependent global loads in the searches).
 constexpr int kStagedSegments = 1024;
+constexpr int kStagedPerThread = (kStagedSegments + 1 + kThreads - 1) / kThreads;
 
-// The two pointer arrays: staged in shared memory, or read from global memory.
+// A pointer staged as int32: values outside [0, limit] become -1 or limit + 1, which keeps every
+// comparison the kernel makes (out[b] <= o for 0 <= o < len(y), and the consistency checks of
+// Segment::load) as it was, so a bad int64 pointer cannot wrap into a valid-looking one.
+__device__ __forceinline__ int32_t staged_offset(int64_t v, int64_t limit) {
+  return static_cast<int32_t>(v < 0 ? -1 : (v > limit ? limit + 1 : v));
+}
+
+// The two pointer arrays: staged in shared memory (int32), or read from global memory.
 struct StagedPtrs {
-  const int64_t* in;
-  const int64_t* out;
+  const int32_t* in;
+  const int32_t* out;
   __device__ __forceinline__ int64_t in_at(int64_t i) const { return in[i]; }
   __device__ __forceinline__ int64_t out_at(int64_t i) const { return out[i]; }
 };
@@ -72,14 +84,40 @@ __device__ __forceinline__ int64_t find_segment(const Ptrs& ptr, int64_t o, int6
   return ans;
 }
 
-__device__ __forceinline__ uint32_t pack8(uint64_t v, bool big) {
-  uint32_t r = 0;
-#pragma unroll
-  for (int t = 0; t < 8; ++t) {
-    const uint32_t bit = ((v >> (8 * t)) & 0xffu) != 0u;
-    r |= bit << (big ? 7 - t : t);
+// find_segment over the staged pointers of all n >= 1 segments: power-of-two steps, one shared
+// load and one compare each (no lo/hi/ans bookkeeping in 64 bits), the same count in every thread.
+__device__ __forceinline__ int find_staged_segment(const int32_t* out, int n, int32_t o) {
+  int b = -1;  // out[b] <= o holds for every b taken
+  for (int step = 1 << (31 - __clz(n)); step > 0; step >>= 1) {
+    if (b + step < n && out[b + step] <= o) b += step;
   }
-  return r;
+  return b;
+}
+
+// Bit 7 of each byte of w set where that byte is nonzero, every other bit clear.
+__device__ __forceinline__ uint32_t nonzero_bytes(uint32_t w) {
+  return (((w & 0x7f7f7f7fu) + 0x7f7f7f7fu) | w) & 0x80808080u;
+}
+
+// Eight input bytes (lo: elements 0-3, hi: 4-7) as one little-order byte: bit t = element t != 0.
+// Flag t sits at bit 8t + 7 of the 64-bit hi:lo; the multiplier's terms 2^(7k), k < 8, put the 64
+// products on distinct bits (no carries), and only k = 7 - t reaches bits 56-63, at bit 56 + t.
+// Only the high word of the product is formed: about ten integer instructions for eight elements
+// instead of a select and a shift per element.
+__device__ __forceinline__ uint32_t pack8_little(uint32_t lo, uint32_t hi) {
+  constexpr uint32_t kLo = 0x10204081u, kHi = 0x00020408u;  // sum of 2^(7k), k = 0..7
+  const uint32_t f_lo = nonzero_bytes(lo), f_hi = nonzero_bytes(hi);
+  return (__umulhi(f_lo, kLo) + f_lo * kHi + f_hi * kLo) >> 24;
+}
+
+// Four packed bytes in big order: each byte's bits reversed in place.
+__device__ __forceinline__ uint32_t reverse_bits_per_byte(uint32_t w) {
+  return __byte_perm(__brev(w), 0, 0x0123);
+}
+
+__device__ __forceinline__ uint32_t pack8(uint64_t v, bool big) {
+  const uint32_t r = pack8_little(static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32));
+  return big ? __brev(r) >> 24 : r;
 }
 
 // One segment's pointers, checked against the sizes.
@@ -113,7 +151,7 @@ __device__ __forceinline__ uint32_t pack_byte(const Params& p, const Segment& s,
 
 template <bool kStaged>
 __global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) {
-  __shared__ int64_t staged[2][kStaged ? kStagedSegments + 1 : 1];
+  __shared__ int32_t staged[2][kStaged ? kStagedSegments + 1 : 1];
   const int64_t block0 = static_cast<int64_t>(blockIdx.x) * kBytesPerBlock;
   if (pdl) kernels::pdl_wait();
   // The thread's 32 input bytes are loaded before its segment is known, at the offset they have
@@ -132,13 +170,32 @@ __global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) 
   using Ptrs = std::conditional_t<kStaged, StagedPtrs, GlobalPtrs>;
   Ptrs ptr;
   if constexpr (kStaged) {
-    for (int64_t i = threadIdx.x; i <= p.segments; i += kThreads) {
-      staged[0][i] = p.in[i];
-      staged[1][i] = p.out[i];
+    // Every pointer load is issued before the first shared store (a store between them made
+    // each wait for the previous load: two memory round trips instead of one).
+    int64_t in_v[kStagedPerThread], out_v[kStagedPerThread];
+#pragma unroll
+    for (int k = 0; k < kStagedPerThread; ++k) {
+      const int i = threadIdx.x + k * kThreads;
+      if (i <= p.segments) {
+        in_v[k] = p.in[i];
+        out_v[k] = p.out[i];
+      }
+    }
+    // The next kernel's blocks may start now: its pdl_wait still waits for this whole grid, and
+    // its launch and block start then overlap this grid's search, packing and stores.
+    if (pdl) kernels::pdl_launch_dependents();
+#pragma unroll
+    for (int k = 0; k < kStagedPerThread; ++k) {
+      const int i = threadIdx.x + k * kThreads;
+      if (i <= p.segments) {
+        staged[0][i] = staged_offset(in_v[k], p.nnz);
+        staged[1][i] = staged_offset(out_v[k], p.y_len);
+      }
     }
     ptr = StagedPtrs{staged[0], staged[1]};
     __syncthreads();
   } else {
+    if (pdl) kernels::pdl_launch_dependents();
     ptr = GlobalPtrs{p.in, p.out};
   }
   // Staged pointers: every thread searches all segments itself (a few shared-memory steps), no
@@ -157,7 +214,13 @@ __global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) 
   }
   if (hi >= 0 && o0 < p.y_len) {
     Segment s;
-    const int64_t seg = find_segment(ptr, o0, lo, hi);
+    int64_t seg;
+    if constexpr (kStaged) {
+      seg = find_staged_segment(staged[1], static_cast<int>(p.segments),
+                                static_cast<int32_t>(o0));
+    } else {
+      seg = find_segment(ptr, o0, lo, hi);
+    }
     s.load(p, ptr, seg < lo ? lo : seg);
     // Fast path: the 4 bytes are whole bytes of one valid segment, 16-byte aligned input.
     const int64_t first = s.in0 + 8 * (o0 - s.out0);
@@ -168,12 +231,9 @@ __global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) 
         a = *reinterpret_cast<const uint4*>(p.x + first);
         c = *reinterpret_cast<const uint4*>(p.x + first + 16);
       }
-      const uint32_t word =
-          pack8((static_cast<uint64_t>(a.y) << 32) | a.x, p.big) |
-          (pack8((static_cast<uint64_t>(a.w) << 32) | a.z, p.big) << 8) |
-          (pack8((static_cast<uint64_t>(c.y) << 32) | c.x, p.big) << 16) |
-          (pack8((static_cast<uint64_t>(c.w) << 32) | c.z, p.big) << 24);
-      *reinterpret_cast<uint32_t*>(p.y + o0) = word;
+      const uint32_t word = pack8_little(a.x, a.y) | (pack8_little(a.z, a.w) << 8) |
+                            (pack8_little(c.x, c.y) << 16) | (pack8_little(c.z, c.w) << 24);
+      *reinterpret_cast<uint32_t*>(p.y + o0) = p.big ? reverse_bits_per_byte(word) : word;
     } else {
 #pragma unroll
       for (int k = 0; k < kBytesPerThread; ++k) {
@@ -185,7 +245,6 @@ __global__ void __launch_bounds__(kThreads) packbits_kernel(bool pdl, Params p) 
       }
     }
   }
-  if (pdl) kernels::pdl_launch_dependents();
 }
 
 }  // namespace segment_packbits_detail
@@ -229,7 +288,9 @@ inline void segment_packbits(tvm::ffi::TensorView y, tvm::ffi::TensorView x,
   p.nnz = x.size(0);
   p.big = order == "big";
   const unsigned grid = kernels::ceil_div(p.y_len, detail::kBytesPerBlock);
-  if (p.segments <= detail::kStagedSegments)
+  // Staged pointers are int32: offsets up to nnz + 1 and len(y) + 1 must fit.
+  constexpr int64_t kInt32Max = 2147483647;
+  if (p.segments <= detail::kStagedSegments && p.nnz < kInt32Max && p.y_len < kInt32Max)
     kernels::launch(ctx, detail::packbits_kernel<true>, grid, detail::kThreads, p);
   else
     kernels::launch(ctx, detail::packbits_kernel<false>, grid, detail::kThreads, p);
