@@ -100,6 +100,27 @@ def test_fwd_varlen_long_sequences(device, backend, width, dtype, layout):
 
 
 @pytest.mark.parametrize(("device", "backend"), BACKENDS)
+@pytest.mark.parametrize("width", [2, 3, 4])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_fwd_channel_last_round_edges(device, backend, width, dtype):
+    """The channel-last CTA (2 channel packs, 512 steps a round): sequences ending just before, at
+    and after a round boundary, a CTA whose second pack is past the channels (5 packs), fp32
+    states under 16-bit x (the prefix stays fp32), bias of another dtype."""
+    dim, lens = 40, [511, 512, 513, 2, 1026, 1]
+    qsl = _qsl(lens, device)
+    tokens = int(qsl[-1])
+    x = randn(tokens, dim + 24, dtype=dtype, device=device, seed=width)[:, :dim].T
+    weight = randn(dim, width, device=device, seed=1)
+    bias = randn(dim, dtype=torch.bfloat16, device=device, seed=2)
+    states = randn(7, dim, width - 1, device=device, seed=3)
+    idx = torch.tensor([6, 0, 2, 5, 1, 3], dtype=torch.int32, device=device)
+    init = torch.tensor([True, False, True, True, True, True], device=device)
+    got, ref = _fwd_both(backend, x, weight, bias, states, qsl, idx, init, "silu")
+    assert_close(got[0], ref[0], name="x")
+    assert_close(got[1], ref[1], name="conv_states")
+
+
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("length", [1, 7, 1030, 4100])
 def test_fwd_batched_no_state(device, backend, dtype, length):
@@ -249,6 +270,32 @@ def test_update_decode_many_rows(device, backend, dtype, circular, state_layout)
     kw = {"cache_seqlens": seqlens, "conv_state_indices": idx}
     got_x = _update_both(backend, x, state, weight, bias, "silu", **kw)
     assert torch.equal(got_x[::7], x[::7])
+
+
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
+@pytest.mark.parametrize("width", [2, 3, 4])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("circular", [False, True])
+def test_update_decode_many_rows_staged_state(device, backend, width, dtype, circular):
+    """Several batch rows per thread with [S, D, W-1] state rows: whole warps trade their state
+    packs through shared memory (coalesced loads and stores); D = 4224 leaves a half-full warp at
+    the end (16-bit data), which takes the per-thread loads. Pad rows untouched."""
+    batch, dim, slots = 258, 4224, 261
+    x = randn(batch, dim, dtype=dtype, device=device, seed=width)
+    state = randn(slots, dim, width - 1, dtype=dtype, device=device, seed=1)
+    weight = randn(dim, width, dtype=dtype, device=device, seed=2)
+    bias = randn(dim, dtype=dtype, device=device, seed=3)
+    idx = torch.randperm(slots, device="cpu")[:batch].to(device=device, dtype=torch.int32)
+    idx[7] = -1
+    idx[200] = -1
+    seqlens = torch.randint(0, 50, (batch,), dtype=torch.int32).to(device) if circular else None
+    got_x, ref_x = x.clone(), x.clone()
+    got_s, ref_s = state.clone(), state.clone()
+    kw = {"cache_seqlens": seqlens, "conv_state_indices": idx}
+    causal_conv1d_update(got_x, got_s, weight, bias, "silu", backend=backend, **kw)
+    causal_conv1d_update(ref_x, ref_s, weight, bias, "silu", backend="torch", **kw)
+    assert_close(got_x, ref_x, name="x")
+    assert_close(got_s, ref_s, name="conv_state")
 
 
 @pytest.mark.parametrize(("device", "backend"), BACKENDS)
