@@ -330,7 +330,6 @@ CLUSTER_SHAPES = [
     (1, 1, 128_256),
     (1, 8, 128_256),
     (16, 8, 128_256),
-    (32, 1, 128_256),  # the benchmark's B = 32: slices of 2-3 tiles, the rest prefetched to L2
     (33, 2, 128_256),
     (65, 1, 128_256),
     (2, 3, 32_003),

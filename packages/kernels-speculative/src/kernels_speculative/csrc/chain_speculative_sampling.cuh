@@ -13,13 +13,6 @@
 //      sum (the first kRecordedTiles tiles) in shared memory; the last tile stays in registers
 //      (the whole slice at V = 128256, C = 8) and the weights of up to kStoredTiles earlier ones
 //      in dynamic shared memory (64 KiB each: C = 4 at B = 32 keeps tile 0, C = 2 tiles 0-2).
-//      A tile's loads are issued only once the previous tile is summed (1024 threads leave no
-//      registers for a second tile in flight), so a slice of several tiles paid one DRAM round
-//      trip per tile with HBM idle between them (B = 32: 49.8% of copy). Where every CTA is
-//      resident at once, each CTA therefore first asks L2 for the rest of its slice (bulk
-//      prefetches, one share a warp, as much as keeps a launch within 24 MB of L2): HBM streams
-//      the slice while tiles 1.. are read from L2 (predicted B = 32 n = 1 ~15.6 -> ~12.5 us,
-//      >= 60% of copy; B = 1, one tile a slice, unchanged).
 //   3. The slice sums go through distributed shared memory: every CTA adds them in rank order
 //      (identical bits everywhere), picks the weights (the residual when its mass is > 0, else
 //      the target row), the threshold u * total with U(seed, offset, b, n), and the one slice k
@@ -60,7 +53,6 @@ KERNELS_REQUIRE_HEADERS_API(7);
 
 #include <cooperative_groups.h>
 
-#include <algorithm>
 #include <type_traits>
 
 #include "speculative_common.cuh"
@@ -77,7 +69,6 @@ constexpr int kRecordedTiles = 16;   // tiles per slice whose sums the pass reco
 constexpr int kStoredTiles = 3;      // tiles per slice whose weights stay in shared memory
 constexpr int kStoredBytes = kStoredTiles * kTile * static_cast<int>(sizeof(float));  // 192 KiB
 constexpr int kNone = 0x7fffffff;
-constexpr int64_t kPrefetchBudget = int64_t{24} << 20;  // bytes a launch prefetches (L2: 50 MB)
 constexpr const char* kOp = "speculative.chain_speculative_sampling";  // for errors
 
 template <typename T>
@@ -96,7 +87,6 @@ struct Params {
   int cluster;    // CTAs per request, 1..kMaxCluster (a thread-block cluster when > 1)
   int64_t slice;  // elements per CTA (a multiple of the pack width)
   int stored;     // leading tiles of a slice whose weights stay in shared memory (<= kStoredTiles)
-  int64_t prefetch;  // elements of a slice past its first tile that each CTA prefetches into L2
 };
 
 // What a CTA publishes to its cluster: its slice's sums and last positive indices.
@@ -141,24 +131,6 @@ __device__ __forceinline__ void load(const T* p, int64_t j, float (&v)[N]) {
 #pragma unroll
     for (int k = 0; k < N; ++k) v[k] = kernels::to_float(p[j + k]);
   }
-}
-
-// Asks L2 for row[from:end), the 16-byte aligned part, in one share per warp issued by its lane 0
-// (cp.async.bulk.prefetch: a hint, no registers, no completion to wait for; its operands are
-// warp-uniform, so one lane a warp keeps it to one instruction).
-template <typename T>
-__device__ __forceinline__ void prefetch_l2(const T* row, int64_t from, int64_t end) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(row + from) + 15) & ~uintptr_t{15};
-  const uintptr_t hi = reinterpret_cast<uintptr_t>(row + end) & ~uintptr_t{15};
-  if (threadIdx.x % 32 != 0 || hi <= lo) return;
-  const uintptr_t share = ((hi - lo + kWarps - 1) / kWarps + 15) & ~uintptr_t{15};
-  const uintptr_t at = lo + (threadIdx.x / 32) * share;
-  if (at < hi) {
-    const uint32_t bytes = static_cast<uint32_t>(hi - at < share ? hi - at : share);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(bytes) : "memory");
-  }
-#endif
 }
 
 // relu(t - d) (the residual) or t.
@@ -351,15 +323,6 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(bool pdl, Params<T> p) 
   const T* drow = has_residual ? p.draft + b * p.d_s0 + r * p.d_s1 : trow;
   const int64_t begin = static_cast<int64_t>(rank) * p.slice;
   const int64_t end = begin + p.slice < p.vocab ? begin + p.slice : p.vocab;
-  // The slice past its first tile, requested from DRAM now with the first tile's loads: HBM then
-  // streams the whole slice while the tiles are consumed one by one, and tiles 1.. come from L2
-  // (the loop issues a tile's loads only after the previous tile is summed: at 1024 threads there
-  // are no registers for a second tile in flight).
-  if (p.prefetch > 0) {
-    const int64_t stop = begin + kTile + p.prefetch < end ? begin + kTile + p.prefetch : end;
-    prefetch_l2(trow, begin + kTile, stop);
-    if (has_residual) prefetch_l2(drow, begin + kTile, stop);
-  }
   // 2. The pass over this CTA's slice: sums and last positive indices. `w` keeps the last tile.
   float t[U][N], w[U][N];
 #pragma unroll
@@ -573,16 +536,6 @@ void launch(const kernels::Launch& ctx, int64_t batch, int64_t cluster, Params<T
   const int64_t tiles = (p.slice + kTile - 1) / kTile;
   p.stored = static_cast<int>(tiles - 1 < kStoredTiles ? tiles - 1 : kStoredTiles);
   const size_t smem = static_cast<size_t>(p.stored) * kTile * sizeof(float);
-  // The L2 prefetch past the first tile: only when every CTA is resident at once (a later
-  // wave's prefetch would evict the running one's), as much of each slice as keeps the launch's
-  // prefetch of both rows within kPrefetchBudget (V = 128256 fp32: all of it at B = 32, C = 3 or
-  // 4, 16-20 MB; 1.5 of 3 tiles at B = 64, C = 2).
-  p.prefetch = 0;
-  if (p.slice > kTile && batch <= resident_clusters<T, N>(ctx.device, p.cluster)) {
-    const int64_t per_element = batch * p.cluster * 2 * static_cast<int64_t>(sizeof(T));
-    p.prefetch = std::min(p.slice - kTile, kPrefetchBudget / per_element);
-    if (p.prefetch < kThreads) p.prefetch = 0;  // under 4 KB of fp32 a row: not worth it
-  }
   kernels::allow_dynamic_smem<chain_kernel<T, N>>(ctx.op, ctx.device, kStoredBytes);
   TVM_FFI_CHECK(batch * p.cluster < (int64_t{1} << 31), ValueError)
       << ctx.op << ": the CUDA kernel takes B < 2^31 / " << p.cluster << " requests, got "
