@@ -100,15 +100,25 @@ struct Fp8Bytes<8> {
   }
 };
 
-// One token's row: its slot, the fp8 scales and the row's first kUnroll packs per thread are
-// loaded together (the sources do not depend on the slot), so a decode-sized call waits for one
-// memory round trip before its stores, not two; the slot then decides whether and where the row
-// is stored.
+// One token's row: its slot, then every pack of its parts, kUnroll loads in flight per thread.
 template <typename T, typename TC, int kN, typename Idx>
 __device__ __forceinline__ void write_token(const Params<T, TC>& p, int64_t token, uint32_t lane,
                                             int g, bool pdl) {
   constexpr bool kFp8 = std::is_same_v<TC, uint8_t>;
   const int64_t slot = static_cast<int64_t>(static_cast<const Idx*>(p.slots)[token]);
+  if (slot < 0 || slot == p.skip || slot >= p.limit) return;  // padding, skipped, out of range
+  int64_t block = slot, offset = 0;
+  if (p.block_size > 1) {
+    if (p.wide) {
+      block = slot / p.block_size;
+      offset = slot - block * p.block_size;
+    } else {
+      uint32_t q, r;
+      p.block_div.divmod(static_cast<uint32_t>(slot), q, r);
+      block = q;
+      offset = r;
+    }
+  }
   [[maybe_unused]] float scale_a = 1.f, scale_b = 1.f;
   if constexpr (kFp8) {
     if (p.a.scale) scale_a = *p.a.scale;
@@ -116,59 +126,42 @@ __device__ __forceinline__ void write_token(const Params<T, TC>& p, int64_t toke
   }
   const T* src_a = p.a.src + token * p.a.src_tok;
   const T* src_b = p.b.src + token * p.b.src_tok;
-  TC* dst_a = nullptr;
-  TC* dst_b = nullptr;
+  TC* dst_a = p.a.dst + block * p.a.dst_block + offset * p.a.dst_tok;
+  TC* dst_b = p.b.dst + block * p.b.dst_block + offset * p.b.dst_tok;
   const uint32_t items = p.a.items + p.b.items;
   const uint32_t step = static_cast<uint32_t>(g) * kUnroll;
   for (uint32_t base = lane; base < items; base += step) {
     kernels::Pack<T, kN> v[kUnroll];
+    TC* out[kUnroll];
+    bool second[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const uint32_t j = base + u * g;
       if (j < items) {
-        const bool second = j >= p.a.items;
+        second[u] = j >= p.a.items;
+        const uint32_t jj = second[u] ? j - p.a.items : j;
         uint32_t h, c;
-        (second ? p.b.per_head : p.a.per_head).divmod(second ? j - p.a.items : j, h, c);
-        const T* s = second ? src_b + h * p.b.src_head : src_a + h * p.a.src_head;
+        (second[u] ? p.b.per_head : p.a.per_head).divmod(jj, h, c);
+        const T* s = second[u] ? src_b + h * p.b.src_head : src_a + h * p.a.src_head;
+        out[u] = second[u] ? dst_b + h * p.b.dst_head : dst_a + h * p.a.dst_head;
+        out[u] += static_cast<int64_t>(c) * kN;
         v[u].load_stream(s + static_cast<int64_t>(c) * kN);
       }
-    }
-    if (base == lane) {  // the slot has arrived with the first loads
-      if (slot < 0 || slot == p.skip || slot >= p.limit) return;  // padding, skipped, out of range
-      int64_t block = slot, offset = 0;
-      if (p.block_size > 1) {
-        if (p.wide) {
-          block = slot / p.block_size;
-          offset = slot - block * p.block_size;
-        } else {
-          uint32_t q, r;
-          p.block_div.divmod(static_cast<uint32_t>(slot), q, r);
-          block = q;
-          offset = r;
-        }
-      }
-      dst_a = p.a.dst + block * p.a.dst_block + offset * p.a.dst_tok;
-      dst_b = p.b.dst + block * p.b.dst_block + offset * p.b.dst_tok;
     }
     if (pdl) kernels::pdl_launch_dependents();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const uint32_t j = base + u * g;
       if (j < items) {
-        const bool second = j >= p.a.items;
-        uint32_t h, c;
-        (second ? p.b.per_head : p.a.per_head).divmod(second ? j - p.a.items : j, h, c);
-        TC* out = second ? dst_b + h * p.b.dst_head : dst_a + h * p.a.dst_head;
-        out += static_cast<int64_t>(c) * kN;
         if constexpr (kFp8) {
           float f[kN];
           v[u].unpack(f);
-          const float sc = second ? scale_b : scale_a;
+          const float s = second[u] ? scale_b : scale_a;
 #pragma unroll
-          for (int e = 0; e < kN; ++e) f[e] = __fdiv_rn(f[e], sc);
-          Fp8Bytes<kN>::store(out, f);
+          for (int e = 0; e < kN; ++e) f[e] = __fdiv_rn(f[e], s);
+          Fp8Bytes<kN>::store(out[u], f);
         } else {
-          v[u].store(out);
+          v[u].store(out[u]);
         }
       }
     }
