@@ -273,32 +273,6 @@ def test_update_decode_many_rows(device, backend, dtype, circular, state_layout)
 
 
 @pytest.mark.parametrize(("device", "backend"), BACKENDS)
-@pytest.mark.parametrize("width", [2, 3, 4])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("circular", [False, True])
-def test_update_decode_many_rows_staged_state(device, backend, width, dtype, circular):
-    """Several batch rows per thread with [S, D, W-1] state rows: whole warps trade their state
-    packs through shared memory (coalesced loads and stores); D = 4224 leaves a half-full warp at
-    the end (16-bit data), which takes the per-thread loads. Pad rows untouched."""
-    batch, dim, slots = 258, 4224, 261
-    x = randn(batch, dim, dtype=dtype, device=device, seed=width)
-    state = randn(slots, dim, width - 1, dtype=dtype, device=device, seed=1)
-    weight = randn(dim, width, dtype=dtype, device=device, seed=2)
-    bias = randn(dim, dtype=dtype, device=device, seed=3)
-    idx = torch.randperm(slots, device="cpu")[:batch].to(device=device, dtype=torch.int32)
-    idx[7] = -1
-    idx[200] = -1
-    seqlens = torch.randint(0, 50, (batch,), dtype=torch.int32).to(device) if circular else None
-    got_x, ref_x = x.clone(), x.clone()
-    got_s, ref_s = state.clone(), state.clone()
-    kw = {"cache_seqlens": seqlens, "conv_state_indices": idx}
-    causal_conv1d_update(got_x, got_s, weight, bias, "silu", backend=backend, **kw)
-    causal_conv1d_update(ref_x, ref_s, weight, bias, "silu", backend="torch", **kw)
-    assert_close(got_x, ref_x, name="x")
-    assert_close(got_s, ref_s, name="conv_state")
-
-
-@pytest.mark.parametrize(("device", "backend"), BACKENDS)
 def test_update_strided_views_no_indices(device, backend):
     batch, dim, width = 3, 64, 4
     x = randn(batch, dim + 5, dtype=torch.bfloat16, device=device)[:, 2 : dim + 2]

@@ -10,14 +10,6 @@
 // are issued first, then every state pack (the only loads that wait on the indices); the window
 // is shifted (or read circularly at cache_seqlens % Ls) in registers, fp32 products, and the
 // state and x packs are written back. 64-thread CTAs, a grid of (D / kC / 64, B / kR).
-// With kR rows and [S, D, W-1] state rows, a whole warp loads and stores its rows' 32 (W-1)
-// contiguous state packs coalesced (pack a * 32 + lane) and trades them through shared memory:
-// per-thread packs (lane's at 16 (W-1) lane + 16 a) made every instruction touch 32 sectors for
-// 16 bytes each, so each state sector crossed L2 -> SM twice and was written in halves.
-// Predicted at B 256, D 4096 bf16: 7.64 -> ~6.8-7.2 us (the DRAM bytes are the same; the
-// ~2.4 us fixed part of launch, index -> state round trips and store drain stays: 70% of copy
-// bandwidth, 5.65 us, is below the 5.85 us a torch copy of these bytes takes).
-// kR = 1 (B 1, B 16) keeps the per-thread packs (no extra shared-memory round trip).
 // Generic path (anything else: L > 1, longer circular states, odd strides): a thread per
 // (batch row, channel), the W-1 window in registers, the state row shifted (or written circularly)
 // from the original values, then the L outputs.
@@ -195,47 +187,17 @@ __global__ void __launch_bounds__(kVecThreads) update_vec_kernel(bool pdl, const
   }
   // 2. The state packs of the rows that have a state row (pad_slot_id or an index out of range:
   // the row is untouched, x included).
-  // [S, D, W-1] rows: a thread's kH packs are its channels' kH columns, so lane l's pack a is
-  // 16 bytes at 16 (kH l + a) of the warp's 32 kH packs: each load instruction would touch 32
-  // sectors for 16 bytes each. A whole warp (uniform: its rows are shared, its last channel
-  // inside D) instead loads packs a * 32 + l (512 contiguous bytes per instruction) and trades
-  // them through shared memory; the stores go back the same way.
-  constexpr bool kStaged = !kChLast && kH > 1 && kR > 1;
-  __shared__ Pk stage[kStaged ? kVecThreads / 32 : 1][kStaged ? kR * kH * 32 : 1];
-  const int lane = threadIdx.x % 32;
-  const bool staged = kStaged && (d0 - lane * kC) + 32 * kC <= p.dim;  // uniform over the warp
-  Pk* wst = stage[kStaged ? threadIdx.x / 32 : 0];
-  const int64_t warp_d0 = d0 - lane * kC;
   Pk sp[kR][kH];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     if (p.indices != nullptr)
       live[r] = live[r] && row[r] != p.pad_slot_id && row[r] >= 0 && row[r] < p.slots;
-    if (staged) {
-      const T* st = static_cast<const T*>(p.state) + row[r] * p.ss_s + warp_d0 * kH;
-#pragma unroll
-      for (int a = 0; a < kH; ++a)
-        if (live[r]) sp[r][a].load_stream(st + (a * 32 + lane) * kC);
-      continue;
-    }
     const T* st = static_cast<const T*>(p.state) + row[r] * p.ss_s + (kChLast ? d0 : d0 * kH);
 #pragma unroll
     for (int a = 0; a < kH; ++a)
       if (live[r]) sp[r][a].load_stream(kChLast ? st + a * p.ss_l : st + a * kC);
   }
   if (pdl) kernels::pdl_launch_dependents();
-  if (staged) {  // packs a * 32 + lane -> shared -> packs kH lane + a
-#pragma unroll
-    for (int r = 0; r < kR; ++r)
-#pragma unroll
-      for (int a = 0; a < kH; ++a) wst[(r * kH + a) * 32 + lane] = sp[r][a];
-    __syncwarp();
-#pragma unroll
-    for (int r = 0; r < kR; ++r)
-#pragma unroll
-      for (int a = 0; a < kH; ++a) sp[r][a] = wst[r * kH * 32 + lane * kH + a];
-    __syncwarp();
-  }
   // 3. Per row: the window shifted (or read circularly at cache_seqlens % Ls), fp32 products,
   // then the state packs and the outputs over x.
 #pragma unroll
@@ -248,25 +210,9 @@ __global__ void __launch_bounds__(kVecThreads) update_vec_kernel(bool pdl, const
       update_vec_row<T, kW, kChLast, false>(sp[r], xp[r], w, bias, 0, p.silu);
     }
     T* st = static_cast<T*>(p.state) + row[r] * p.ss_s + (kChLast ? d0 : d0 * kH);
-    if (!staged) {
 #pragma unroll
-      for (int a = 0; a < kH; ++a) sp[r][a].store_stream(kChLast ? st + a * p.ss_l : st + a * kC);
-    }
+    for (int a = 0; a < kH; ++a) sp[r][a].store_stream(kChLast ? st + a * p.ss_l : st + a * kC);
     xp[r].store_stream(static_cast<T*>(p.x) + (b0 + r) * p.xs_b + d0);
-  }
-  if (staged) {  // the new state packs back through shared memory, 512 contiguous bytes a store
-#pragma unroll
-    for (int r = 0; r < kR; ++r)
-#pragma unroll
-      for (int a = 0; a < kH; ++a) wst[r * kH * 32 + lane * kH + a] = sp[r][a];
-    __syncwarp();
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      T* st = static_cast<T*>(p.state) + row[r] * p.ss_s + warp_d0 * kH;
-#pragma unroll
-      for (int a = 0; a < kH; ++a)
-        if (live[r]) wst[(r * kH + a) * 32 + lane].store_stream(st + (a * 32 + lane) * kC);
-    }
   }
 }
 
