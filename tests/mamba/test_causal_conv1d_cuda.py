@@ -100,27 +100,6 @@ def test_fwd_varlen_long_sequences(device, backend, width, dtype, layout):
 
 
 @pytest.mark.parametrize(("device", "backend"), BACKENDS)
-@pytest.mark.parametrize("width", [2, 3, 4])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_fwd_channel_last_round_edges(device, backend, width, dtype):
-    """The channel-last CTA (2 channel packs, 512 steps a round): sequences ending just before, at
-    and after a round boundary, a CTA whose second pack is past the channels (5 packs), fp32
-    states under 16-bit x (the prefix stays fp32), bias of another dtype."""
-    dim, lens = 40, [511, 512, 513, 2, 1026, 1]
-    qsl = _qsl(lens, device)
-    tokens = int(qsl[-1])
-    x = randn(tokens, dim + 24, dtype=dtype, device=device, seed=width)[:, :dim].T
-    weight = randn(dim, width, device=device, seed=1)
-    bias = randn(dim, dtype=torch.bfloat16, device=device, seed=2)
-    states = randn(7, dim, width - 1, device=device, seed=3)
-    idx = torch.tensor([6, 0, 2, 5, 1, 3], dtype=torch.int32, device=device)
-    init = torch.tensor([True, False, True, True, True, True], device=device)
-    got, ref = _fwd_both(backend, x, weight, bias, states, qsl, idx, init, "silu")
-    assert_close(got[0], ref[0], name="x")
-    assert_close(got[1], ref[1], name="conv_states")
-
-
-@pytest.mark.parametrize(("device", "backend"), BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("length", [1, 7, 1030, 4100])
 def test_fwd_batched_no_state(device, backend, dtype, length):

@@ -13,12 +13,10 @@
 //   the last of a sequence) take a lean path without prefix/edge/state logic (~12 instructions
 //   per element); silu on 16-bit data uses MUFU ex2 + rcp. No shared memory.
 // - channel-last (stride 1 along channels: the proj_out[:, :D].T view), 16-byte aligned rows: a
-//   CTA of 256 threads per (sequence, kClP = 2 channel packs = one 32-byte sector per time step),
-//   2 CTAs per SM: thread (p, q) loads kClR consecutive time steps of pack p; its halo comes from
-//   thread q-1 by shuffles (the first time lane of a warp from shared memory, written by the
-//   previous warp); the next round's loads are issued before this round's math and stores (two
-//   rounds in flight per CTA). The taps and bias sit in shared memory (fp32, read as float4 per
-//   step), which keeps the two rounds of packs in 128 registers without spills.
+//   CTA of 512 threads per (sequence, kClP channel packs = 64 bytes per time step): thread (p, q)
+//   loads kClR consecutive time steps of pack p; its halo comes from thread q-1 by shuffles (the
+//   first time lane of a warp from shared memory, written by the previous warp); the next round's
+//   loads are issued before this round's math and stores (two rounds in flight per CTA).
 // - anything else (misaligned channel-last, odd strides): the scalar kernel below, a CTA per
 //   (sequence, channel) walking the sequence in rounds with a shared-memory halo.
 // fp32 products and sums, one rounding. The new conv state (the last W-1 original columns of
@@ -37,15 +35,13 @@
 // Arithmetic: 4096 warps (1024 CTAs of 4), 128 registers -> 4 CTAs = 16 warps per SM, 2112
 // resident: 1.94 waves. In flight: 16 warps x 4 KB = 64 KB per SM (40-64 KB needed), ~8.6 MB
 // over the GPU. Bytes: 2 x 33.5 MB -> 15.7 us at 4.26 TB/s; expected ~19-21 us (>= 80% of the
-// torch copy's 18.7 us is 23 us). The channel-last view ([4096, 4096] of a [L, D + 256] buffer)
-// ran at 28.66 us (55.3%) with 128 CTAs of 512 threads and 64-byte slices: ncu saw one CTA per
-// SM (128 of 132 SMs busy, every warp of an SM in lockstep on one barrier), 25% occupancy, 48
-// bytes of spills, DRAM 26%. Now 32-byte slices: 256 CTAs of 256 threads, 2 per SM (one wave on
-// 128 SMs, two independent barriers per SM), no spills; the same 32 KB per SM in flight, so the
-// prediction is modest: ~22-25 us. A time split (more CTAs per sequence) would need the W-1
-// original columns before each tile, which the in-place CTA of the previous tile overwrites: a
-// halo copy before the kernel or a flag between the two CTAs, not done here.
-// Measured on the H200 (2026-12-03): channel-first 22.48 us (70.4% of copy).
+// torch copy's 18.7 us is 23 us). The channel-last view ([4096, 4096] of a [L, D + 256] buffer):
+// 128 CTAs of 512 threads (1 per SM): the batched parameter loads (40 dependent loads per thread
+// before) and MUFU silu apply, but one CTA per SM with one round of lookahead (32 KB) keeps it
+// latency-bound (~35-45 us expected); full speed there needs more CTAs per sequence, i.e.
+// narrower channel slices (32-byte sectors) or a time split, not done here.
+// Measured on the H200 (2026-12-03): channel-first 22.48 us (70.4% of copy), channel-last
+// 28.66 us (55.3%).
 #pragma once
 
 #include <kernels/version.h>
@@ -443,22 +439,21 @@ __global__ void __launch_bounds__(kCfWarps * 32, 4) fwd_cf_kernel(const Params p
   }
 }
 
-constexpr int kClP = 2;                   // 16-byte channel packs per CTA (one 32-byte sector)
-constexpr int kClThreads = 256;
+constexpr int kClP = 4;                   // 16-byte channel packs per CTA (64 bytes a step)
+constexpr int kClThreads = 512;
 constexpr int kClQ = kClThreads / kClP;   // time lanes
 constexpr int kClR = 4;                   // consecutive steps per time lane per round (>= W-1)
 constexpr int kClWarps = kClThreads / 32;
 constexpr int kClQW = 32 / kClP;          // time lanes per warp
 
 template <typename T, int kW>
-__global__ void __launch_bounds__(kClThreads, 2) fwd_cl_kernel(const Params p) {
+__global__ void __launch_bounds__(kClThreads, 1) fwd_cl_kernel(const Params p) {
   constexpr int kN = kernels::kVectorBytes / static_cast<int>(sizeof(T));
   constexpr int kH = kW - 1;
   constexpr int kCh = kClP * kN;
   using Pk = kernels::Pack<T, kN>;
   __shared__ float halo[3][kClWarps][kH][kCh];  // each warp's last kH steps, rounds mod 3
   __shared__ float prefix[kH][kCh];
-  __shared__ __align__(16) float taps[kW + 1][kCh];  // taps 0..kW-1, then the bias
   const int t = threadIdx.x;
   const int pi = t % kClP, q = t / kClP, warp = t / 32, qw = q % kClQW;
   const int64_t b = blockIdx.y;
@@ -481,9 +476,8 @@ __global__ void __launch_bounds__(kClThreads, 2) fwd_cl_kernel(const Params p) {
       raw[m].zero();
     }
   }
-  // The taps and bias as fp32 in shared memory (registers hold the 2 x kClR packs in flight):
-  // time lane 0 loads them with the prefix, read back as float4 per step (2 addresses a warp).
-  if (q == 0) {
+  float w[kN][kW], bias[kN];
+  {
     mamba_common::Raw rw[kN][kW], rb[kN];
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
@@ -497,9 +491,8 @@ __global__ void __launch_bounds__(kClThreads, 2) fwd_cl_kernel(const Params p) {
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
 #pragma unroll
-      for (int j = 0; j < kW; ++j)
-        taps[j][pi * kN + i] = mamba_common::raw_float(rw[i][j], p.wcode);
-      taps[kW][pi * kN + i] = p.bias ? mamba_common::raw_float(rb[i], p.bcode) : 0.0f;
+      for (int j = 0; j < kW; ++j) w[i][j] = mamba_common::raw_float(rw[i][j], p.wcode);
+      bias[i] = p.bias ? mamba_common::raw_float(rb[i], p.bcode) : 0.0f;
     }
   }
   if (q == 0) {
@@ -570,23 +563,12 @@ __global__ void __launch_bounds__(kClThreads, 2) fwd_cl_kernel(const Params p) {
       const int64_t pos = rs + static_cast<int64_t>(q) * kClR + m;
       float f[kN], y[kN];
       raw[m].unpack(f);
-      const float4* tv = reinterpret_cast<const float4*>(&taps[0][pi * kN]);
-      constexpr int kQ = kN / 4, kRowQ = kCh / 4;  // float4s per thread / per taps row
 #pragma unroll
-      for (int g = 0; g < kQ; ++g) {
-        float4 a = tv[kW * kRowQ + g], b = tv[(kW - 1) * kRowQ + g];
-        float acc[4] = {fmaf(b.x, f[4 * g], a.x), fmaf(b.y, f[4 * g + 1], a.y),
-                        fmaf(b.z, f[4 * g + 2], a.z), fmaf(b.w, f[4 * g + 3], a.w)};
+      for (int i = 0; i < kN; ++i) {
+        float acc = bias[i] + w[i][kW - 1] * f[i];
 #pragma unroll
-        for (int k = 0; k < kH; ++k) {
-          const float4 v = tv[k * kRowQ + g];
-          acc[0] = fmaf(v.x, win[k][4 * g], acc[0]);
-          acc[1] = fmaf(v.y, win[k][4 * g + 1], acc[1]);
-          acc[2] = fmaf(v.z, win[k][4 * g + 2], acc[2]);
-          acc[3] = fmaf(v.w, win[k][4 * g + 3], acc[3]);
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) y[4 * g + e] = acc[e];
+        for (int k = 0; k < kH; ++k) acc += w[i][k] * win[k][i];
+        y[i] = acc;
       }
       if (p.silu) {
 #pragma unroll

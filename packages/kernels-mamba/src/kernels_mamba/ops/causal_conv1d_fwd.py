@@ -5,9 +5,9 @@ its last; the W-1 halo travels in registers, never re-read from the overwritten 
 - channel-first x (stride 1 along time): a warp per (sequence, channel), 16-byte packs along time
   interleaved over the lanes, double-buffered (the next 8 per lane in flight during this 8's
   math), the halo by warp shuffles, a lean path for packs inside the sequence;
-- 16-byte aligned channel-last x (the proj_out view): a 256-thread CTA per (sequence, 32 bytes of
-  channels), 2 per SM, 4 consecutive steps per thread, the halo by shuffles and a small shared
-  buffer, the taps in shared memory, the next round's loads in flight during this round's math;
+- 16-byte aligned channel-last x (the proj_out view): a 512-thread CTA per (sequence, 64 bytes of
+  channels), 4 consecutive steps per thread, the halo by shuffles and a small shared buffer, the
+  next round's loads in flight during this round's math;
 - anything else: a scalar CTA per (sequence, channel) with a shared-memory halo.
 The torch reference (fp32 math, rounded once) is the fallback.
 """
