@@ -1,13 +1,14 @@
-"""The row engine's split rows (rowwise.cuh, headers API 8): at decode, rows of at least 512
-16-byte vectors whose CTAs fit one per SM are split over a thread-block cluster of 2 or 4 CTAs,
+"""The row engine's split rows (rowwise.cuh, headers API 8): at decode, rows of at least 896
+16-byte vectors (7168 bf16) whose CTAs fit one per SM are split over a thread-block cluster of 2 or 4 CTAs,
 which exchange their partial statistics through distributed shared memory in rank order.
 
 GPU only. Every register-kernel op of this group (rmsnorm, gemma_rmsnorm, fused_add_rmsnorm,
 gemma_fused_add_rmsnorm, layernorm with and without bias, fp32 weights) on decode shapes against
 its reference, and run-to-run bitwise determinism. Shapes on the H200 (132 SMs), bf16/fp16
 (fp32: half the elements per vector):
-  1, 7, 33 rows    split in 4 from 8192 values (1024 vectors), in 2 at 4096-8191
-  34, 64 rows      split in 2 up to 16384 values (a slice of at most 1024 vectors)
+  1, 7, 33 rows    split in 4 from 8192 values (1024 vectors), in 2 at 7168-8191
+  34, 64 rows      split in 2 from 7168 up to 16384 values (a slice of at most 1024 vectors)
+  4096, 4104       not split in bf16/fp16 (under 896 vectors); split in fp32
   100 rows         not split (the CTAs would not fit one per SM): the unsplit kernels beside them
   4104, 8200       a last slice shorter than the others, a partial last column of threads
   16392, 32768     split in 4 only (34 and 64 rows: the unsplit register kernel)

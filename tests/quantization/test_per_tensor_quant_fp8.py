@@ -263,9 +263,9 @@ def test_cuda_cooperative_limit(device, dtype, above):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_cuda_cluster_limits(device, dtype):
     """The fused block's last size (4096 vectors + a tail) and the cluster kernel's first; the
-    cluster's last flat size (cluster x 1024 x 8 vectors + a tail holding the maximum) and one
+    cluster's last flat size (cluster x 1024 x 2 vectors + a tail holding the maximum) and one
     vector more (the cooperative launch where it still fits, else the two kernels); rows views
-    up to cluster x 1024 x 4 vectors. The H200 runs clusters of 16."""
+    up to cluster x 1024 x 2 vectors. The H200 runs clusters of 16."""
     vec = 16 // dtype.itemsize
     cluster = _cluster_size(torch.empty(1, dtype=dtype, device=device))
     if torch.cuda.get_device_capability(device) == (9, 0):
@@ -273,7 +273,7 @@ def test_cuda_cluster_limits(device, dtype):
     assert cluster in (0, 8, 16)
     sizes = [(4096 * vec + vec - 1, "fused_kernel")]
     if cluster:
-        last = cluster * 8192 * vec + vec - 1
+        last = cluster * 2048 * vec + vec - 1  # 2 vectors per thread
         sizes += [(4097 * vec, "cluster_kernel"), (last, "cluster_kernel"), (last + 1, None)]
     for n, kernel in sizes:
         x = randn(n, dtype=dtype, device=device, seed=n, scale=3.0)
@@ -285,7 +285,7 @@ def test_cuda_cluster_limits(device, dtype):
             assert "cluster_kernel" not in names and "fused_kernel" not in names, names
     if cluster:
         cols = 4096 + 8  # rows of a wider buffer: row mode, vectors
-        rows = cluster * 1024 * 4 * vec // 4096
+        rows = cluster * 1024 * 2 * vec // 4096
         base = randn(rows + 1, cols, dtype=dtype, device=device, seed=3, scale=7.0)
         _only(_cuda_kernels(lambda: _run_both(base[:rows, :4096])), "cluster_kernel")
         names = _cuda_kernels(lambda: _run_both(base[:, :4096]))

@@ -7,15 +7,15 @@
 // levels, a FastDivmod per item).
 //   - small dynamic inputs (<= 512 x 8 vectors: 32768 bf16): one block does everything: the
 //     tensor in registers, a block max, the scale, the quantized packs (one launch);
-//   - mid dynamic inputs (<= 16 x 1024 x 8 vectors: 1M bf16, 512K fp32; rows views and
-//     scalars up to 4 per thread): one thread-block cluster of 16 CTAs (a non-portable size; 8
-//     where the device keeps no cluster of 16 CTAs of 1024 threads resident) holds x in
-//     registers, up to 8 vectors per thread: each CTA's block max goes to its shared memory, one
-//     cluster barrier, every warp reads the cluster's maxima through distributed shared memory,
-//     then each CTA quantizes its registers. One launch and one cluster barrier (a few hundred
-//     ns) where the cooperative launch below paid a grid barrier across 100+ CTAs; predicted on
-//     the H200: [16, 7168] ~2.5 us (4.45 cooperative), [128, 7168] ~3.5 us (6.45), the 16 SMs'
-//     load bandwidth being the limit;
+//   - mid dynamic inputs (<= 16 x 1024 x 2 vectors: 256K bf16, 128K fp32; kClusterMaxVPT):
+//     one thread-block cluster of 16 CTAs (a non-portable size; 8 where the device keeps no
+//     cluster of 16 CTAs of 1024 threads resident) holds x in registers: each CTA's block max
+//     goes to its shared memory, one cluster barrier, every warp reads the cluster's maxima
+//     through distributed shared memory, then each CTA quantizes its registers. One launch and
+//     one cluster barrier where the cooperative launch below pays a grid barrier across 100+
+//     CTAs; measured on the H200: [16, 7168] 3.76 us (4.20 cooperative); larger x is limited
+//     by the 16 SMs' load bandwidth ([128, 7168] 7.55 with 8 vectors a thread, 6.23
+//     cooperative), hence the 2-vector limit;
 //   - where no cluster launches (a refused size or query) or past a cluster of 8, flat vectors
 //     up to one chunk of 256 vectors per resident CTA (about 1M bf16 on the H200: 511 CTAs):
 //     one cooperative launch of one CTA per chunk (every CTA resident, or the launch fails and
@@ -30,7 +30,8 @@
 //          0 waits for the count to reach G before storing it.
 //     One launch and one read of x instead of memset + two kernels, where the launches are most
 //     of the time. G <= (chunk's q bytes) / 4 - 1.
-//   - large dynamic inputs, flat vectors beyond what the SMs' shared memory holds (G = one CTA
+//   - large dynamic inputs, flat vectors beyond what the SMs' shared memory holds, up to 5
+//     times that (kResidentMaxRatio) (G = one CTA
 //     of 1024 threads per SM, each with a resident chunk of C vectors, C x 16 bytes the largest
 //     whole multiple of 16 KiB that fits: 224 KiB, 29.6 MB on the H200's 132 SMs; bf16 past
 //     15.1M elements, fp32 past 7.6M; smaller x mostly fits the L2, which the two kernels below
@@ -44,9 +45,10 @@
 //       2. grid barrier; the scale as above;
 //       3. N quantized back to front (the first round of CTAs re-reads what L2 still holds),
 //          then chunk b from shared memory (CTA 0 last: the scratch words, after the count).
-//     DRAM traffic 2 |x| + |q| - (L2 hits) becomes 2 |x| - R + |q| - (L2 hits): predicted on
-//     the H200 [8192, 7168] ~70 us (79.05 with the two kernels below), [32768, 4096] ~159 us
-//     (166.3); where the launch is refused, the two kernels run;
+//     DRAM traffic 2 |x| + |q| - (L2 hits) becomes 2 |x| - R + |q| - (L2 hits): measured on
+//     the H200 [8192, 7168] 77.07 us (78.88 with the two kernels below), but [32768, 4096]
+//     169.33 (165.52), where one CTA per SM sweeps the 9x larger rest slower than the two
+//     kernels' 2048 threads per SM; where the launch is refused, the two kernels run;
 //   - other dynamic inputs (row mode, scalars, flat vectors between the cooperative launch's
 //     reach and the SMs' shared memory, a refused cooperative launch): the scale word is zeroed
 //     (cudaMemsetAsync on the caller's stream), a persistent grid (2048 threads per SM, 4
@@ -82,8 +84,15 @@ constexpr int kFusedBlock = 512;
 constexpr int kFusedMaxVPT = 8;
 constexpr float kEps = 1e-10f;
 constexpr int kClusterBlock = 1024;
-constexpr int kClusterMaxVPT = 8;
-constexpr int kClusterMaxRowVPT = 4;
+// At most 2 vectors per thread (32768 vectors: 262144 bf16 in a cluster of 16). Measured on the
+// H200 (bf16, us, the cooperative kernel -> this one): [16, 7168] (1 vector a thread) 4.20 ->
+// 3.76, [128, 7168] (8 a thread) 6.23 -> 7.55: 16 SMs cannot pull ~2 MB as fast as 100+ CTAs.
+constexpr int kClusterMaxVPT = 2;
+constexpr int kClusterMaxRowVPT = 2;
+// The resident kernel only where the resident part is at least 1/5 of x. Measured on the H200
+// (bf16, us, the two kernels -> the resident kernel): [8192, 7168] (x = 3.97 x the resident
+// part) 78.88 -> 77.07, [32768, 4096] (9.1 x) 165.52 -> 169.33.
+constexpr int kResidentMaxRatio = 5;
 constexpr int kMaxCluster = 16;
 constexpr int kResidentBlock = 1024;
 constexpr int kResidentUnroll = 8;
@@ -597,7 +606,8 @@ inline bool launch_resident(const kernels::Launch& ctx, const View& v, float* s)
   if (!kernels::cooperative_supported(ctx.device)) return false;
   const ResidentShape shape = resident_shape<T, kN>(ctx.device);
   const int per_cta = shape.bytes / 16;
-  if (shape.bytes == 0 || v.items <= int64_t{shape.grid} * per_cta) return false;
+  const int64_t held = int64_t{shape.grid} * per_cta;
+  if (shape.bytes == 0 || v.items <= held || v.items > held * kResidentMaxRatio) return false;
   kernels::LaunchConfig config(dim3(static_cast<unsigned>(shape.grid)), dim3(kResidentBlock),
                                static_cast<size_t>(shape.bytes), ctx.stream, false, 0, true);
   const cudaError_t status = config.launch(resident_kernel<T, kN>, v, s, per_cta);
@@ -609,35 +619,18 @@ inline bool launch_resident(const kernels::Launch& ctx, const View& v, float* s)
   return true;
 }
 
-// The cluster kernel with kVPT vectors per thread (1, 2, 4 or 8; row mode up to 4).
+// The cluster kernel with kVPT vectors per thread (1 or kClusterMaxVPT = 2).
 template <typename T, int kN>
 inline auto cluster_kernel_for(int vpt, bool flat) {
-  if (!flat) {
-    switch (vpt) {
-      case 1:
-        return cluster_kernel<T, kN, 1, false>;
-      case 2:
-        return cluster_kernel<T, kN, 2, false>;
-      default:
-        return cluster_kernel<T, kN, kClusterMaxRowVPT, false>;
-    }
-  }
-  switch (vpt) {
-    case 1:
-      return cluster_kernel<T, kN, 1, true>;
-    case 2:
-      return cluster_kernel<T, kN, 2, true>;
-    case 4:
-      return cluster_kernel<T, kN, 4, true>;
-    default:
-      return cluster_kernel<T, kN, kClusterMaxVPT, true>;
-  }
+  static_assert(kClusterMaxVPT == 2 && kClusterMaxRowVPT == 2);
+  if (!flat) return vpt == 1 ? cluster_kernel<T, kN, 1, false> : cluster_kernel<T, kN, 2, false>;
+  return vpt == 1 ? cluster_kernel<T, kN, 1, true> : cluster_kernel<T, kN, 2, true>;
 }
 
 // CTAs per cluster of the cluster kernels on `device`: 16 (non-portable) where a cluster of 16
 // CTAs of kClusterBlock threads fits at once (cudaOccupancyMaxActiveClusters), else 8, else 0
 // (no cluster launch: before sm_90, or a refused opt-in or query). Cached per device; the first
-// call opts every instantiation in to non-portable sizes, and the flat kVPT = 8 one (the most
+// call opts every instantiation in to non-portable sizes, and the flat kVPT = 2 one (the most
 // registers) stands for all in the query.
 template <typename T, int kN>
 inline int cluster_size(int device) {
@@ -667,8 +660,8 @@ inline int cluster_size(int device) {
   return size;
 }
 
-// The cluster kernel where x fits its registers: the fewest vectors per thread (1, 2, 4, 8;
-// row mode up to 4) that cover x with every CTA of the cluster, then the fewest threads (whole
+// The cluster kernel where x fits its registers: the fewest vectors per thread (1 or 2)
+// that cover x with every CTA of the cluster, then the fewest threads (whole
 // warps). False where no cluster launches or x is larger.
 template <typename T, int kN>
 inline bool launch_cluster(const kernels::Launch& ctx, const View& v, float* s) {

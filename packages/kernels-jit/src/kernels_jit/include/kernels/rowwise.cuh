@@ -79,10 +79,15 @@ constexpr int kMaxWarpsPerBlock = 8;
 // Split rows (see the top): at most this many CTAs per row (a portable cluster size)...
 constexpr int kMaxSplit = 4;
 // ...each over a slice of at least this many 16-byte vectors (4 KiB: 2048 bf16 values, so rows
-// of 4096 bf16 split in 2, of 8192 in up to 4). Predicted crossover: below it a CTA's slice
-// takes the SM less time to move than the exchange of the partials (a distributed shared-memory
-// round trip per statistic, predicted ~0.1 us) adds to the row's chain.
+// of 8192 bf16 split in up to 4): below it a CTA's slice takes the SM less time to move than the
+// exchange of the partials (a distributed shared-memory round trip per statistic) adds.
 constexpr int kSplitMinSlice = 256;
+// ...and only rows of at least this many vectors (14 KiB: 7168 bf16 values) split at all.
+// Measured on the H200 (A/B against the unsplit kernels, bf16): rows of 4096 values lost with
+// the split (fused_add_rmsnorm 64 x 4096 2.04 -> 2.11 us, fused_dual_residual_rmsnorm 16 / 64 x
+// 4096 1.71 / 2.29 -> 1.77 / 2.40), rows of 7168 and 8192 gained (fused_add_rmsnorm 1 x 8192
+// 1.62 -> 1.23, 64 x 8192 2.79 -> 2.68).
+constexpr int kSplitMinRow = 896;
 // Vectors per thread of the split kernel (its only instantiation): slices up to kMaxBlock * 2
 // vectors (a row of 16384 bf16 in 2 CTAs, 32768 in 4); longer slices are not split.
 constexpr int kSplitVectorsPerThread = 2;
@@ -507,13 +512,12 @@ inline Plan plan_registers(int64_t vectors, int64_t rows, int device,
 // kMaxSplit while the rows' CTAs still fit one per SM and each slice keeps kSplitMinSlice
 // vectors, on sm_90+ (thread-block clusters; kernels::pdl_supported tests that compute
 // capability), where kSplitVectorsPerThread vectors per thread in a block hold the slice. On the
-// H200 (132 SMs), bf16: rows of 4096-16384 values split in 2 at 34-66 rows; rows of 4096-8191 in
-// 2 and of 8192-32768 in 4 at 1-33 rows; 67 rows or more are not split. Predicted for
-// fused_add_rmsnorm at 64 x 4096-8192 bf16: each SM moves half a row (16-32 KB instead of 32-64
-// KB, counting x, residual and both stores), ~0.2-0.4 us less than the unsplit 2.1-2.8 us, less
-// the exchange of the partials (~0.1 us).
+// H200 (132 SMs), bf16: rows of 7168-16384 values split in 2 at 34-66 rows; rows of 7168-8191 in
+// 2 and of 8192-32768 in 4 at 1-33 rows; shorter rows (kSplitMinRow) and 67 rows or more are not
+// split. Measured (fused_add_rmsnorm, bf16, us, unsplit -> split): 1 x 7168 1.57 -> 1.29, 1 x 8192
+// 1.62 -> 1.23, 16 x 8192 1.84 -> 1.55, 64 x 7168 2.60 -> 2.54, 64 x 8192 2.79 -> 2.68.
 inline int row_split(int64_t vectors, int64_t rows, int device) {
-  if (!kernels::pdl_supported(device)) return 1;
+  if (vectors < kSplitMinRow || !kernels::pdl_supported(device)) return 1;
   const int64_t sms = kernels::sm_count(device);
   int split = 1;
   while (split < kMaxSplit && rows * split * 2 <= sms &&
