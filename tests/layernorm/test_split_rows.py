@@ -1,6 +1,7 @@
 """The row engine's split rows (rowwise.cuh, headers API 8): at decode, rows of at least 896
-16-byte vectors (7168 bf16) whose CTAs fit one per SM are split over a thread-block cluster of 2 or 4 CTAs,
-which exchange their partial statistics through distributed shared memory in rank order.
+16-byte vectors (7168 bf16) whose CTAs fit one per SM are split over a thread-block cluster of 2
+or 4 CTAs, which exchange their partial statistics through distributed shared memory in rank
+order.
 
 GPU only. Every register-kernel op of this group (rmsnorm, gemma_rmsnorm, fused_add_rmsnorm,
 gemma_fused_add_rmsnorm, layernorm with and without bias, fp32 weights) on decode shapes against
