@@ -1,15 +1,12 @@
 """diffusion.group_norm_silu: GroupNorm followed by SiLU (VAE and UNet blocks).
 
 Backends: CUDA (groups split across CTAs when N x G under-fills the GPU: one read of x where a
-group fits the SMs' shared memory, a persistent grid taking the groups in waves, each CTA holding
-its tile while it waits for its group's statistics; else two kernels, partial sums then the
-normalisation; contiguous NC* or channels-last x) and the pure-torch reference (fp32 math,
-rounded once).
+group's tiles can all be resident, register-held tiles that wait for their group's statistics;
+else two kernels, partial sums then the normalisation; contiguous NC* or channels-last x) and the
+pure-torch reference (fp32 math, rounded once).
 """
 
 from __future__ import annotations
-
-import itertools
 
 import torch
 
@@ -33,31 +30,8 @@ GROUP_NORM_SILU_CUDA = ModuleSpec(
 _group_norm_silu_kernels = CompiledFunction(GROUP_NORM_SILU_CUDA, "group_norm_silu")
 # CTAs per group at most; the C++ side takes fewer when N x G already fills the GPU.
 _MAX_SPLITS = 128
-# Workspace floats at least: the one-read kernel's 4 per CTA, up to 1024 CTAs (one per SM).
-_MIN_WORKSPACE = 4096
-# The one-read kernel's arrival counters (a count and a generation per group), by device and
-# region size, never freed (a captured graph keeps their addresses): zeroed once, outside any
-# capture, and left with every count at 0 by each launch, so calls and graph replays need no
-# memset. Launches take the next of _COUNTER_REGIONS regions round robin: two running at once
-# on two streams collide only _COUNTER_REGIONS launches apart.
-_COUNTER_REGIONS = 8
-_COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
-_NEXT_REGION = itertools.count()
-
-
-def _arrival_counters(device: torch.device, groups: int) -> torch.Tensor:
-    """2 x ``groups`` int32 counters of the next region of the device's buffer (counts at 0), or
-    fresh zeros in a CUDA-graph capture before the buffer exists (a memset captured with the
-    launch: a zeroing captured into one graph would not run before another graph's replay)."""
-    region = max(1024, 1 << (2 * groups - 1).bit_length())
-    counters = _COUNTERS.get((device, region))
-    if counters is None:
-        if torch.cuda.is_current_stream_capturing():
-            return torch.zeros(2 * groups, dtype=torch.int32, device=device)
-        counters = torch.zeros(_COUNTER_REGIONS * region, dtype=torch.int32, device=device)
-        _COUNTERS[device, region] = counters
-    start = next(_NEXT_REGION) % _COUNTER_REGIONS * region
-    return counters[start : start + 2 * groups]
+# Units (packs or elements) per tile of the one-read kernel (kFusedTile in the source).
+_FUSED_TILE = 2048
 
 
 def _group_norm_silu_cuda(
@@ -69,13 +43,15 @@ def _group_norm_silu_cuda(
     eps: float,
     channels_last: bool,
 ) -> None:
-    # The partial sums live in a workspace from torch's caching allocator (the C++ entry
-    # allocates nothing); every slot that is read is written first, so no zeroing.
+    # The per-CTA partial sums live in a workspace from torch's caching allocator (the C++
+    # entry allocates nothing); every slot that is read is written first, so no zeroing. The
+    # one-read kernel needs 2 floats per tile of 2048 units (at most N * G + numel / 2048 tiles)
+    # and zeroed arrival counters, one per group.
     groups = x.shape[0] * num_groups
     max_splits = max(1, min(_MAX_SPLITS, 4096 // max(groups, 1)))
-    floats = max(2 * groups * max_splits, _MIN_WORKSPACE)
+    floats = 2 * max(groups * max_splits, groups + x.numel() // _FUSED_TILE + 1)
     workspace = torch.empty(floats, dtype=torch.float32, device=x.device)
-    arrived = _arrival_counters(x.device, groups)
+    arrived = torch.zeros(groups, dtype=torch.int32, device=x.device)
     _group_norm_silu_kernels(
         out, x, num_groups, weight, bias, eps, channels_last, workspace, arrived, max_splits
     )
