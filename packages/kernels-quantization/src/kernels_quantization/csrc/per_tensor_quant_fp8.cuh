@@ -341,6 +341,28 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
   return v;
 }
 
+// Steps 1-2 of the cooperative kernels (the header's list), after this CTA's block max m (bits
+// of max |x|): its candidate scale to scratch word blockIdx.x, the grid barrier, the maximum of
+// the `grid` candidates (the scale; CTA 0 stores it to s_out), then a bump of the count in word
+// `grid` saying this CTA is done reading the scratch words.
+template <int kThreads>
+__device__ __forceinline__ float grid_scale(uint32_t m, uint32_t* scratch, int64_t grid,
+                                            float* s_out, uint32_t* shared_all) {
+  if (threadIdx.x == 0)
+    scratch[blockIdx.x] = __float_as_uint(quant::dynamic_scale(m, kEps, quant::kFp8Max));
+  cooperative_groups::this_grid().sync();
+  uint32_t c = 0;
+  for (int64_t j = threadIdx.x; j < grid; j += kThreads) c = max(c, __ldcg(scratch + j));
+  c = quant::block_max(c, shared_all);  // its barrier: every thread's reads have returned
+  const float s = __uint_as_float(c);
+  if (threadIdx.x == 0) {
+    if (blockIdx.x == 0) *s_out = s;
+    __threadfence();
+    atomicAdd(scratch + grid, 1u);
+  }
+  return s;
+}
+
 // Dynamic, flat vectors, one cooperative launch (the header's steps 1-3): CTA b quantizes chunk
 // b. q's words [0, G] are scratch until CTA 0 stores chunk 0.
 template <typename T, int kN>
@@ -367,19 +389,7 @@ __global__ void __launch_bounds__(kBlock, 6)
   const bool has_tail = blockIdx.x == 0 && static_cast<int>(threadIdx.x) < v.tail;
   const float t = has_tail ? tail_value<T, kN>(v) : 0.0f;
   m = quant::block_max(max(m, quant::abs_bits(t)), shared_own);
-  if (threadIdx.x == 0)
-    scratch[blockIdx.x] = __float_as_uint(quant::dynamic_scale(m, kEps, quant::kFp8Max));
-  cooperative_groups::this_grid().sync();
-  // 2. The scale: the maximum candidate; then this CTA is done with the scratch words.
-  uint32_t c = 0;
-  for (int64_t j = threadIdx.x; j < grid; j += kBlock) c = max(c, __ldcg(scratch + j));
-  c = quant::block_max(c, shared_all);  // its barrier: every thread's reads have returned
-  const float s = __uint_as_float(c);
-  if (threadIdx.x == 0) {
-    if (blockIdx.x == 0) *s_out = s;
-    __threadfence();
-    atomicAdd(scratch + grid, 1u);
-  }
+  const float s = grid_scale<kBlock>(m, scratch, grid, s_out, shared_all);
   // 3. Quantize the chunk from the registers.
   if (blockIdx.x == 0) {  // chunk 0 holds the scratch: wait until every CTA has read it
     if (threadIdx.x == 0) {
@@ -509,19 +519,7 @@ __global__ void __launch_bounds__(kResidentBlock, 1)
     m = quant::absmax_bits(f, m);
   }
   m = quant::block_max(m, shared_own);
-  if (threadIdx.x == 0)
-    scratch[blockIdx.x] = __float_as_uint(quant::dynamic_scale(m, kEps, quant::kFp8Max));
-  cooperative_groups::this_grid().sync();
-  // 2. The scale: the maximum candidate; then this CTA is done with the scratch words.
-  uint32_t c = 0;
-  for (int64_t j = threadIdx.x; j < grid; j += kResidentBlock) c = max(c, __ldcg(scratch + j));
-  c = quant::block_max(c, shared_all);  // its barrier: every thread's reads have returned
-  const float s = __uint_as_float(c);
-  if (threadIdx.x == 0) {
-    if (blockIdx.x == 0) *s_out = s;
-    __threadfence();
-    atomicAdd(scratch + grid, 1u);
-  }
+  const float s = grid_scale<kResidentBlock>(m, scratch, grid, s_out, shared_all);
   const quant::Div div(s);
   // 3. N back to front (round r of the grid takes chunks chunks - 1 - r G - b), then the chunk.
   for (int64_t k = chunks - 1 - blockIdx.x; k >= 0; k -= grid) {
