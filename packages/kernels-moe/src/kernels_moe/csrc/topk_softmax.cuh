@@ -27,9 +27,10 @@
 // weights' sum as one warp sum after the rounds. Together (2026-12-04, A/B): T = 1 2.14 -> 1.73
 // us, T = 8192 10.67 -> 11.09 (slower; without the 16-block bound 11.22).
 // The 64-bit keys cost 8 instructions a compare-exchange (19 for 8 slots) and ~28 a round; the
-// 32-bit keys 2 and ~20: about 190 of ~770 instructions per token fewer at E 256 (predicted T =
-// 8192 ~9.5 us, issue-bound; T <= 128 unchanged or slightly faster). 32 registers at 8 slots,
-// no spill without a bias (the bias row spills 4 words; the token is reread from %ctaid/%tid).
+// 32-bit keys 2 and ~20: about 190 of ~770 instructions per token fewer at E 256. Measured
+// (A/B, 2026-12-04, E 256 k 8): T = 1 / 128 / 8192 1.73 / 1.82 / 11.10 -> 1.57 / 1.66 / 7.94
+// us; E 8 k 2 unchanged. 32 registers at 8 slots, no spill without a bias (the bias row spills
+// 4 words; the token is reread from %ctaid/%tid).
 #pragma once
 
 #include <kernels/version.h>

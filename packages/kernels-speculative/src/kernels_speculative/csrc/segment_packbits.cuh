@@ -12,7 +12,8 @@
 // ceil(len/8), input past nnz, output past len(y)) is skipped, so the kernel only ever reads
 // x[0:nnz] and writes y[0:len(y)]. No host synchronisation. Under PDL the next kernel is released
 // once a block's loads are issued (back-to-back calls overlap its launch with this grid's search
-// and stores).
+// and stores). H200 (A/B, 2026-12-04, these three changes together): 1 / 16 / 64 / 256 x 4096
+// bits 1.31 / 1.98 / 2.15 / 3.53 -> 1.23 / 1.42 / 1.52 / 2.54 us, 64 x 2^20 44.8 -> 30.6.
 #pragma once
 
 #include <kernels/version.h>

@@ -24,8 +24,9 @@
 //   finish(s, sum)             the row's sum -> statistic s (mean, rstd)
 //   output(x, regs, stats)     the output access (weight, 1 + weight, bias)
 // and optionally kMaxVectorsPerThread (register budget), kRegisterMinVectors (shorter rows take
-// the loop kernel), kLateFrom and kSplitRows (see "Split rows"). The hooks are general enough for the row ops still to come (per-token
-// absmax quantization, adaLN scale/shift, moe_sum_reduce, all-reduce + rmsnorm).
+// the loop kernel), kLateFrom and kSplitRows (see "Split rows"). The hooks are general enough
+// for the row ops still to come (per-token absmax quantization, adaLN scale/shift,
+// moe_sum_reduce, all-reduce + rmsnorm).
 //
 // Thread layout. A row is split over `tpr` threads ("threads per row"). Either tpr <= 32 is a power
 // of two and the row's threads are an aligned group of lanes of one warp (reduction: shuffles
