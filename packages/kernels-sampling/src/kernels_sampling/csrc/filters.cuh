@@ -242,46 +242,6 @@ struct Threshold {
   bool bad;     // a probability row holding a NaN, inf or negative entry
 };
 
-// One digit's choice, shared by both searches. Thread t owns bins hi = kBins - 1 - 2t and lo =
-// hi - 1 (own: hi >= 1) of the histogram in descending order, with counts c_hi, c_lo and (kMass)
-// masses m_hi, m_lo of type M (fp32 sums, or the candidate list's exact int64 significand sums);
-// above_k / above_m count and weigh everything above the histogram's range. The chosen bin is
-// the lowest non-empty one whose strictly-greater count is < target_k (top_k) or whose
-// strictly-greater mass satisfies `below` (top_p: < p). For it, s.above_count and *above_mass
-// get the count and mass above it and (kRecordCount) s.selected_count its own count. s.selected
-// must be kBins on entry; ends with a barrier, after which every thread may read the records.
-template <bool kMass, bool kRecordCount, typename M, typename Below>
-__device__ __forceinline__ int choose_bin(Shared& s, M* scan, M* above_mass, bool own, int hi,
-                                          int c_hi, int c_lo, M m_hi, M m_lo, int above_k,
-                                          M above_m, int target_k, Below&& below) {
-  const int lo = hi - 1;
-  int a_hi_k = 0, a_lo_k = 0;
-  M a_hi_m = M(0), a_lo_m = M(0);
-  bool cand_hi, cand_lo;
-  if (kMass) {
-    a_hi_m = above_m + block_exclusive_scan<M>(m_hi + m_lo, scan);
-    a_lo_m = a_hi_m + m_hi;
-    cand_hi = c_hi > 0 && below(a_hi_m);
-    cand_lo = c_lo > 0 && below(a_lo_m);
-  } else {
-    a_hi_k = above_k + block_exclusive_scan<int>(c_hi + c_lo, s.scan_i);
-    a_lo_k = a_hi_k + c_hi;
-    cand_hi = c_hi > 0 && a_hi_k < target_k;
-    cand_lo = c_lo > 0 && a_lo_k < target_k;
-  }
-  if (own && (cand_lo || cand_hi)) atomicMin(&s.selected, cand_lo ? lo : hi);
-  __syncthreads();
-  int sel = s.selected;
-  if (sel == kBins) sel = 0;  // unreachable for a good row and a target in range
-  if (own && (sel == hi || sel == lo)) {
-    s.above_count = sel == hi ? a_hi_k : a_lo_k;
-    *above_mass = sel == hi ? a_hi_m : a_lo_m;
-    if (kRecordCount) s.selected_count = sel == hi ? c_hi : c_lo;
-  }
-  __syncthreads();
-  return sel;
-}
-
 // Exact masses inside one first-pass bin of non-negative values: its keys share the top 11 bits
 // (sign, exponent, two mantissa bits), so each value is an integer significand times one power of
 // two, and int64 sums of significands are exact in any order (the same bits in every CTA).
@@ -388,16 +348,36 @@ __device__ Threshold radix_threshold_on_candidates(const Src& src, float target_
     const int hi = kBins - 1 - 2 * static_cast<int>(threadIdx.x), lo = hi - 1;
     const bool own = hi >= 1;
     const int c_hi = own ? s.count[hi] : 0, c_lo = own ? s.count[lo] : 0;
-    int64_t m_hi = 0, m_lo = 0;
-    if (kMass && own) {
-      const uint32_t key_hi = prefix | (static_cast<uint32_t>(hi) << shift);
-      const uint32_t key_lo = prefix | (static_cast<uint32_t>(lo) << shift);
-      m_hi = c_hi * scale.significand(key_hi) + (pass == 1 ? s.low_sum[hi] : 0u);
-      m_lo = c_lo * scale.significand(key_lo) + (pass == 1 ? s.low_sum[lo] : 0u);
+    int a_hi_k = 0, a_lo_k = 0;
+    int64_t a_hi_x = 0, a_lo_x = 0;
+    bool cand_hi, cand_lo;
+    if (kMass) {
+      int64_t m_hi = 0, m_lo = 0;
+      if (own) {
+        const uint32_t key_hi = prefix | (static_cast<uint32_t>(hi) << shift);
+        const uint32_t key_lo = prefix | (static_cast<uint32_t>(lo) << shift);
+        m_hi = c_hi * scale.significand(key_hi) + (pass == 1 ? s.low_sum[hi] : 0u);
+        m_lo = c_lo * scale.significand(key_lo) + (pass == 1 ? s.low_sum[lo] : 0u);
+      }
+      a_hi_x = above_x + block_exclusive_scan<int64_t>(m_hi + m_lo, s.scan_x);
+      a_lo_x = a_hi_x + m_hi;
+      cand_hi = c_hi > 0 && above_m + scale.to_float(a_hi_x) < target_p;
+      cand_lo = c_lo > 0 && above_m + scale.to_float(a_lo_x) < target_p;
+    } else {
+      a_hi_k = above_k + block_exclusive_scan<int>(c_hi + c_lo, s.scan_i);
+      a_lo_k = a_hi_k + c_hi;
+      cand_hi = c_hi > 0 && a_hi_k < target_k;
+      cand_lo = c_lo > 0 && a_lo_k < target_k;
     }
-    const int sel = choose_bin<kMass, false>(
-        s, s.scan_x, &s.above_exact, own, hi, c_hi, c_lo, m_hi, m_lo, above_k, above_x, target_k,
-        [&](int64_t above) { return above_m + scale.to_float(above) < target_p; });
+    if (own && (cand_lo || cand_hi)) atomicMin(&s.selected, cand_lo ? lo : hi);
+    __syncthreads();
+    int sel = s.selected;
+    if (sel == kBins) sel = 0;  // unreachable for a good row and a target in range
+    if (own && (sel == hi || sel == lo)) {
+      s.above_count = sel == hi ? a_hi_k : a_lo_k;
+      s.above_exact = sel == hi ? a_hi_x : a_lo_x;
+    }
+    __syncthreads();
     above_k = s.above_count;
     above_x = s.above_exact;
     prefix |= static_cast<uint32_t>(sel) << shift;
@@ -542,9 +522,30 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
       // tot_* and in_* are pushed again only after a later pass's (or search's) first cl.sync,
       // which every CTA reaches after these reads.
     }
-    const int sel = choose_bin<kMass, true>(s, s.scan_f, &s.above_mass, own, hi, c_hi, c_lo, m_hi,
-                                            m_lo, above_k, above_m, target_k,
-                                            [&](float above) { return above < target_p; });
+    int a_hi_k = 0, a_lo_k = 0;
+    float a_hi_m = 0.0f, a_lo_m = 0.0f;
+    bool cand_hi, cand_lo;
+    if (kMass) {
+      a_hi_m = above_m + block_exclusive_scan<float>(m_hi + m_lo, s.scan_f);
+      a_lo_m = a_hi_m + m_hi;
+      cand_hi = c_hi > 0 && a_hi_m < target_p;
+      cand_lo = c_lo > 0 && a_lo_m < target_p;
+    } else {
+      a_hi_k = above_k + block_exclusive_scan<int>(c_hi + c_lo, s.scan_i);
+      a_lo_k = a_hi_k + c_hi;
+      cand_hi = c_hi > 0 && a_hi_k < target_k;
+      cand_lo = c_lo > 0 && a_lo_k < target_k;
+    }
+    if (own && (cand_lo || cand_hi)) atomicMin(&s.selected, cand_lo ? lo : hi);
+    __syncthreads();
+    int sel = s.selected;
+    if (sel == kBins) sel = 0;  // unreachable for a good row and a target in range
+    if (own && (sel == hi || sel == lo)) {
+      s.above_count = sel == hi ? a_hi_k : a_lo_k;
+      s.above_mass = sel == hi ? a_hi_m : a_lo_m;
+      s.selected_count = sel == hi ? c_hi : c_lo;
+    }
+    __syncthreads();
     if (pass == 0 && s.selected_count <= kCandidates) {  // the row's count: cluster-uniform
       return radix_threshold_on_candidates<kMass>(
           src, target_p, target_k, s, cluster, floor_key, static_cast<uint32_t>(sel) << 21,
