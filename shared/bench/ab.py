@@ -5,6 +5,7 @@ Sweeps compare runs on different days, whose spread (-6% to +10% for unchanged k
 through each benchmark case's own ``cuda`` call:
 
     python -m shared.bench.ab prepare --base 19509e8 --group layernorm   # here: .ab/ (ignored)
+    # optional: KERNELS_CACHE_DIR=.gpu/cache ... prepare ... --build sm_90a (see gpu_session.sh)
     python -m shared.bench.ab run --group layernorm [--op rmsnorm] [--quick]   # on the GPU
 
 ``prepare`` copies the kernels-jit C++ headers and the group's ``csrc/`` of the base commit into
@@ -64,7 +65,7 @@ def _copy_tree(base: str, source: str, target: Path) -> None:
         path.write_bytes(blob.stdout)
 
 
-def prepare(base: str, groups: list[str]) -> None:
+def prepare(base: str, groups: list[str], build_archs: list[str] | None = None) -> None:
     for group in groups:
         package = AB / _package(group)
         _copy_tree(base, HEADERS, package / "kernels")
@@ -73,6 +74,17 @@ def prepare(base: str, groups: list[str]) -> None:
             f'"""{group} sources of {base} for shared.bench.ab."""\n'
         )
         print(f"prepared {package} from {base}")
+    if build_archs:
+        # Both builds of every module into KERNELS_CACHE_DIR here, where CPU time is free: the
+        # GPU machine then loads them (gpu_session.sh, .gpu/cache) instead of compiling.
+        from kernels_jit.aot import precompile
+
+        sys.path.insert(0, str(AB))
+        specs = []
+        for group in groups:
+            for cf in compiled_functions(group):
+                specs += [cf.spec, _base_twin(cf.spec, group)]
+        precompile(list(dict.fromkeys(specs)), build_archs)
     print("carry .ab to the GPU, then: python -m shared.bench.ab run --group <group>")
 
 
@@ -222,6 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     prep = sub.add_parser("prepare", help="copy the base commit's sources into .ab/")
     prep.add_argument("--base", required=True, help="the earlier commit")
     prep.add_argument("--group", action="append", required=True)
+    prep.add_argument(
+        "--build",
+        action="append",
+        metavar="ARCH",
+        help="also compile the base and new modules for ARCH (e.g. sm_90a) into KERNELS_CACHE_DIR",
+    )
     go = sub.add_parser("run", help="time base and new interleaved (on the GPU)")
     go.add_argument("--group", action="append", required=True)
     go.add_argument("--op", action="append", help="only ops whose name starts with this")
@@ -229,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     if args.command == "prepare":
-        prepare(args.base, args.group)
+        prepare(args.base, args.group, args.build)
     else:
         run(args.group, args.op, args.quick, args.rounds)
     return 0

@@ -45,6 +45,15 @@
 # <group>` and carried, timed interleaved against the tree's through the suite's cases; ab.log).
 #
 # Carried wheels (apache-tvm-ffi, liger-kernel for cp312) in .whl/ are installed first.
+#
+# Modules compiled here, not there (device time): the CPU machine builds them into the ignored
+# .gpu/cache, named in `carry` (mind the 64 MiB: a group's modules are 1-15 MB):
+#   KERNELS_CACHE_DIR=.gpu/cache python -m kernels_jit build --group G --arch sm_90a
+#   KERNELS_CACHE_DIR=.gpu/cache python -m shared.bench.ab prepare --base REV --group G \
+#     --build sm_90a   # the A/B's base and new modules
+# They are copied into the cache with KERNELS_PREFER_PREBUILT=1: the GPU machine's compiler is
+# another g++ (another full key), so they are found by their source key and only what is
+# missing is compiled (PREBUILD then builds nothing that came along).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-/tmp/kernels-out}
@@ -58,6 +67,12 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$(ls -d "$ROOT"/packages/*/src | tr '\n' ':')${SITE:-}$ROOT
 export KERNELS_CACHE_DIR=${KERNELS_CACHE_DIR:-/tmp/kernels-cache} PYTHONUNBUFFERED=1
+if [ -d .gpu/cache ]; then
+  mkdir -p "$KERNELS_CACHE_DIR"
+  cp -r .gpu/cache/. "$KERNELS_CACHE_DIR"/
+  export KERNELS_PREFER_PREBUILT=1
+  echo "prebuilt modules: $(find .gpu/cache -name '*.so' | wc -l) carried in .gpu/cache"
+fi
 # vLLM's _C in halves (shared/bench/fetch_peers.py, split_for_carry): a call carrying
 # .peers/vllm-parts/<file>.1 keeps it in /tmp on the machine; the next call on that still-warm
 # machine (within its 30 s idle release) carries <file>.2 and <file>.sha256, and the joined file

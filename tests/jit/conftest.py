@@ -28,6 +28,7 @@ PREFIX = "kjtest_"
 REAL_CXX = shutil.which("c++") or shutil.which("g++")
 KERNELS_VARS = (
     "KERNELS_NO_JIT",
+    "KERNELS_PREFER_PREBUILT",
     "KERNELS_CUDA_ARCH",
     "KERNELS_BUILD_TIMEOUT",
     "KERNELS_MAX_JOBS",

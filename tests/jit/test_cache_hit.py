@@ -105,6 +105,29 @@ def test_cache_from_another_compiler_version(sandbox):
     assert len(list(sandbox.cache.rglob("*.so"))) == 2
 
 
+def test_prefer_prebuilt_loads_a_shipped_cache_and_compiles_the_rest(sandbox):
+    """KERNELS_PREFER_PREBUILT=1 with a compiler present: an artifact another compiler version
+    built (same source key) is loaded instead of compiled; a module the shipped cache lacks (or
+    whose sources changed since) is compiled as usual."""
+    spec = sandbox.adder(offset=2)
+    other = sandbox.cxx_wrapper("other-cxx", version="g++ (other) 1.0")
+    code = sandbox.child_code(spec, sandbox.CALL_ADD)
+    assert sandbox.python(code, sandbox.env(CXX=str(other))) == {"sum": 7}
+    assert len(sandbox.compiles()) == 1
+    prefer = sandbox.env(CXX=str(sandbox.cxx_wrapper("local-cxx")), KERNELS_PREFER_PREBUILT="1")
+    assert sandbox.python(code, prefer) == {"sum": 7}
+    assert len(sandbox.compiles()) == 1  # the shipped artifact, not a build
+    aot = """
+    from kernels_jit import loader
+    print(json.dumps({"path": str(loader.ensure_built(spec))}))
+    """
+    shipped = sandbox.python(sandbox.child_code(spec, aot), prefer)["path"]
+    assert len(sandbox.compiles()) == 1 and shipped.endswith(".so")  # AOT: counts as built
+    sandbox.value_header().write_text("#define OFFSET_VALUE 3\n")
+    assert sandbox.python(code, prefer) == {"sum": 8}
+    assert len(sandbox.compiles()) == 2  # no artifact of the new sources: compiled here
+
+
 def test_hit_ignores_a_broken_ninja_on_path(sandbox, monkeypatch):
     """In-process variant: with a hit, even a ninja that would fail is never run."""
     spec = sandbox.adder()

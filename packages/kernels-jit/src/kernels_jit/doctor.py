@@ -121,6 +121,7 @@ def report(groups: list[str] | None = None, *, umbrella: bool = False) -> dict[s
 
     cache = _cache(settings.cache_dir())
     cache["KERNELS_NO_JIT"] = _setting(settings.no_jit)
+    cache["KERNELS_PREFER_PREBUILT"] = _setting(settings.prefer_prebuilt)
     cache["max jobs"] = _setting(settings.max_jobs)
     cache["build timeout"] = _setting(settings.build_timeout)
     cache["KERNELS_BACKEND"] = _setting(_checked_backend_override) or "(unset)"

@@ -142,18 +142,25 @@ def _load_or_build(spec: ModuleSpec) -> Any:
             if settings.verbose():
                 print(f"kernels-jit: cache hit {spec.uri} ({target})", file=sys.stderr)
             return module
-    if settings.no_jit():
+    no_jit = settings.no_jit()
+    if no_jit or settings.prefer_prebuilt():
         # A shipped cache built by another compiler version: same sources, flags, arch and
-        # versions (the source key), so use it rather than fail; compiling is not allowed anyway.
+        # versions (the source key), so use it rather than fail (KERNELS_NO_JIT) or compile
+        # (KERNELS_PREFER_PREBUILT, which still compiles what the shipped cache lacks).
         found = cache.find_prebuilt(spec)
-        if found is None or found == target:
+        if found is not None and found != target:
+            if settings.verbose():
+                print(f"kernels-jit: prebuilt hit {spec.uri} ({found})", file=sys.stderr)
+            try:
+                return _load_so(found)
+            except Exception as exc:
+                if no_jit:
+                    raise LoadError(
+                        f"module {spec.uri!r}: prebuilt {found} failed to load: {exc}"
+                    ) from exc
+                reason = f"the prebuilt artifact {found} failed to load ({exc})"
+        elif no_jit:
             raise _not_built(spec, key, reason)
-        if settings.verbose():
-            print(f"kernels-jit: prebuilt hit {spec.uri} ({found})", file=sys.stderr)
-        try:
-            return _load_so(found)
-        except Exception as exc:
-            raise LoadError(f"module {spec.uri!r}: prebuilt {found} failed to load: {exc}") from exc
     if settings.verbose():
         print(f"kernels-jit: building {spec.uri}: {reason}", file=sys.stderr)
     with build.build_lock(spec, key, reason):
@@ -175,13 +182,19 @@ def _load_or_build(spec: ModuleSpec) -> Any:
 def ensure_built(spec: ModuleSpec) -> Path:
     """The intact artifact of ``spec``, built (under the key's lock) if missing; not loaded.
 
-    For ahead-of-time builds: it ignores KERNELS_NO_JIT and needs the compiler.
+    For ahead-of-time builds: it ignores KERNELS_NO_JIT and needs the compiler. With
+    KERNELS_PREFER_PREBUILT=1 an intact artifact of the same source key (a shipped cache built by
+    another compiler version) counts as built.
     """
     key = cache.cache_key(spec)
     target = cache.artifact_path(spec, key)
     reason = cache.verify(target, key)
     if reason is None:
         return target
+    if settings.prefer_prebuilt():
+        found = cache.find_prebuilt(spec)
+        if found is not None:
+            return found
     with build.build_lock(spec, key, reason):
         if cache.verify(target, key) is None:
             return target

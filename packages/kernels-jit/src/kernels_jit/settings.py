@@ -43,6 +43,13 @@ VARIABLES: tuple[Variable, ...] = (
         "(booleans: 1/true/yes/on or 0/false/no/off).",
     ),
     Variable(
+        "KERNELS_PREFER_PREBUILT",
+        "0",
+        "`1`: where this compiler's artifact is missing, first load an intact one with the same "
+        "sources, flags, arch and versions built by another compiler (a shipped AOT cache), "
+        "then compile what is still missing (KERNELS_NO_JIT=1 implies the first part).",
+    ),
+    Variable(
         "KERNELS_BUILD_TIMEOUT",
         "900",
         "Seconds a build (or the wait for another process's build) may take before it fails.",
@@ -128,6 +135,10 @@ def _usable_cpus() -> int:
 
 def no_jit() -> bool:
     return _flag("KERNELS_NO_JIT")
+
+
+def prefer_prebuilt() -> bool:
+    return _flag("KERNELS_PREFER_PREBUILT")
 
 
 def build_timeout() -> float:
