@@ -111,7 +111,9 @@ def compiled_functions(group: str, ops: list[str] | None = None) -> list:
 
 def _base_twin(spec: Any, group: str) -> Any:
     """The module spec over the base commit's copy of the sources, without the exports whose C++
-    function the base does not define (a test hook added since would fail the base build)."""
+    function the base does not define (a test hook added since would fail the base build). Where
+    the copy is not prepared (or defines none of them) the exports stay as they are: the base
+    build then fails naming what is missing."""
     text = "".join(
         (AB / _package(group) / source).read_text()
         for source in spec.sources
@@ -121,7 +123,7 @@ def _base_twin(spec: Any, group: str) -> Any:
         (name, expression)
         for name, expression in spec.exports
         if re.search(rf"\b{re.escape(re.split(r'[<(]', expression)[0].strip())}\b", text)
-    )
+    ) or tuple(spec.exports)
     return dataclasses.replace(
         spec, name=f"{spec.name}_base", package=_package(group), exports=exports
     )

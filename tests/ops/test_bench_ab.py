@@ -67,3 +67,21 @@ def test_kernels_switch_every_handle_between_base_and_new(monkeypatch):
     finally:
         for h, fn in zip(handles, saved, strict=True):
             h._fn = fn
+
+
+def test_base_twin_leaves_out_exports_the_base_lacks(tmp_path, monkeypatch):
+    """A test hook exported since the base commit is left out of the base build; an unprepared
+    copy keeps every export (its build fails naming the missing source)."""
+    from kernels_layernorm.ops.rmsnorm import RMSNORM_CUDA
+
+    monkeypatch.setattr(ab, "AB", tmp_path)
+    name, expression = RMSNORM_CUDA.exports[0]
+    assert ab._base_twin(RMSNORM_CUDA, "layernorm").exports == RMSNORM_CUDA.exports
+    for source in RMSNORM_CUDA.sources:
+        path = tmp_path / "ab_layernorm" / source
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            f"inline void {expression}() {{}}\n" if source == RMSNORM_CUDA.sources[0] else ""
+        )
+    twin = ab._base_twin(RMSNORM_CUDA, "layernorm")
+    assert twin.exports == ((name, expression),) and twin.package == "ab_layernorm"
