@@ -72,8 +72,11 @@ def test_kernels_switch_every_handle_between_base_and_new(monkeypatch):
 def test_base_twin_leaves_out_exports_the_base_lacks(tmp_path, monkeypatch):
     """A test hook exported since the base commit is left out of the base build; an unprepared
     copy keeps every export (its build fails naming the missing source)."""
+    from kernels_jit import module
     from kernels_layernorm.ops.rmsnorm import RMSNORM_CUDA
 
+    # The twins are ModuleSpecs too: keep them out of the process's declared modules.
+    monkeypatch.setattr(module, "_DECLARED", dict(module._DECLARED))
     monkeypatch.setattr(ab, "AB", tmp_path)
     name, expression = RMSNORM_CUDA.exports[0]
     assert ab._base_twin(RMSNORM_CUDA, "layernorm").exports == RMSNORM_CUDA.exports
