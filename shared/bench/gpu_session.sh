@@ -51,6 +51,7 @@
 #   KERNELS_CACHE_DIR=.gpu/cache python -m kernels_jit build --group G --arch sm_90a
 #   KERNELS_CACHE_DIR=.gpu/cache python -m shared.bench.ab prepare --base REV --group G \
 #     --build sm_90a   # the A/B's base and new modules
+#   mkdir -p .gpu/pack && tar cf - -C .gpu cache | xz -T2 > .gpu/pack/cache.tar.xz  # carry .gpu/pack
 # They are copied into the cache with KERNELS_PREFER_PREBUILT=1: the GPU machine's compiler is
 # another g++ (another full key), so they are found by their source key and only what is
 # missing is compiled (PREBUILD then builds nothing that came along).
@@ -67,6 +68,11 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$(ls -d "$ROOT"/packages/*/src | tr '\n' ':')${SITE:-}$ROOT
 export KERNELS_CACHE_DIR=${KERNELS_CACHE_DIR:-/tmp/kernels-cache} PYTHONUNBUFFERED=1
+# A cache packed as .gpu/pack/cache.tar.xz (unstripped modules are ~1-8 MB each; xz shrinks a
+# group's ~10x, so five groups fit the carry's 64 MiB): unpacked into .gpu/cache first.
+if [ -f .gpu/pack/cache.tar.xz ]; then
+  mkdir -p .gpu && tar xJf .gpu/pack/cache.tar.xz -C .gpu
+fi
 if [ -d .gpu/cache ]; then
   mkdir -p "$KERNELS_CACHE_DIR"
   cp -r .gpu/cache/. "$KERNELS_CACHE_DIR"/
