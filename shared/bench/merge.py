@@ -3,7 +3,8 @@
 A run limited to some ops writes a group JSON holding only those ops. This replaces the records of
 those ops in the recorded ``docs/benchmarks/<group>.json`` (the others stay), marks each merged
 record with its run's commit, date and copy bandwidth, notes the merge in ``partial_updates``,
-rewrites the group's markdown and copies the merged ops' plots.
+rewrites the group's markdown and copies the merged ops' plots. A peer that the run did not time
+at all (not carried that day) keeps its recorded figures, each marked with its own run.
 
     python -m shared.bench.merge docs/benchmarks/attention.json /tmp/run/benchmarks/attention.json
 """
@@ -23,9 +24,23 @@ def merge(recorded: dict, partial: dict) -> dict:
     """``recorded`` with the records of ``partial``'s ops replaced by ``partial``'s."""
     ops = sorted({r["op"] for r in partial["records"]})
     run = {k: partial[k] for k in ("commit", "date", "copy_gbps", "static_compile") if k in partial}
-    records = [r for r in recorded["records"] if r["op"] not in ops]
+    timed = {r["impl"] for r in partial["records"]}
+    recorded_run = {k: recorded[k] for k in run if k in recorded}
+    # A peer this run did not time (not carried that day) keeps its last figures, with their run.
+    kept = [
+        {"run": recorded_run, **r}
+        for r in recorded["records"]
+        if r["op"] in ops and r["impl"] not in timed
+    ]
+    records = [r for r in recorded["records"] if r["op"] not in ops] + kept
     records += [{**r, "run": run} for r in partial["records"]]
     merged = {**recorded, "records": records}
+    peers = {**recorded.get("peers", {}), **partial.get("peers", {})}
+    for name, info in partial.get("peers", {}).items():
+        if not info.get("ran") and recorded.get("peers", {}).get(name, {}).get("ran"):
+            peers[name] = {**recorded["peers"][name], "ran_in": recorded_run.get("commit")}
+    if peers:
+        merged["peers"] = peers
     merged["partial_updates"] = [
         *(u for u in recorded.get("partial_updates", []) if set(u["ops"]) - set(ops)),
         {"ops": ops, **run},

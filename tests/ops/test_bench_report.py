@@ -392,3 +392,24 @@ def test_flashinfer_decode_module_renders_like_its_jit(tmp_path):
     assert "using DTypeKV = nv_bfloat16;" in config and "using IdType = int32_t;" in config
     assert "double sm_scale;" in config and "Optional<ffi::Tensor> maybe_alibi_slopes" in config
     assert "BatchDecodeWithPagedKVCacheDispatched<128, PosEncodingMode::kNone," in kernel
+
+
+def test_merge_keeps_a_peer_the_run_did_not_time():
+    """A run without a peer (not carried that day) replaces ours but keeps the peer's figures."""
+    from shared.bench import merge
+
+    recorded = _result() | {"peers": {"liger": {"status": "loaded", "ran": True}}}
+    partial = {
+        "commit": "def",
+        "date": "2026-12-04",
+        "copy_gbps": 4100.0,
+        "peers": {"liger": {"status": "absent", "ran": False}},
+        "records": [_record("relu2", "cuda", (16, 4096), 1.1)],
+    }
+    merged = merge.merge(recorded, partial)
+    ours = [r for r in merged["records"] if r["impl"] == "cuda"]
+    assert [r["us"] for r in ours] == [1.1] and ours[0]["run"]["commit"] == "def"
+    liger = [r for r in merged["records"] if r["impl"] == "liger"]
+    assert len(liger) == len(BANDWIDTH_SHAPES) + 1
+    assert all(r["run"]["commit"] == "abc" for r in liger)
+    assert merged["peers"]["liger"]["ran"] and merged["peers"]["liger"]["ran_in"] == "abc"
