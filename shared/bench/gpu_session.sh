@@ -25,6 +25,7 @@
 # libtvm_ffi.so, which is put on LD_LIBRARY_PATH below (the carried apache-tvm-ffi wheel,
 # installed in /tmp/site).
 #
+# TESTS_FILE=<file>: one pytest process per line of it (paths and options), all run at once.
 # TESTS_K is pytest's -k expression. Run the tests in one process: with pytest-xdist (-n 8) the
 # three groups' GPU tests had reached 32% after 10 minutes, where one process runs them all in
 # about 6.5 (2026-12-02; likely each worker's inductor compile pool for the torch.compile tests).
@@ -141,6 +142,25 @@ gpu_tests() {  # gpu_tests <name> <paths...>: one pytest process, results as <na
     python3 -m pytest "$@" ${TESTS_K:+-k "$TESTS_K"} -m gpu -q -p no:cacheprovider -p no:logging \
     --timeout=900 --junitxml="$RESULTS/$name.xml" >"$RESULTS/$name.log" 2>&1
 }
+if [ -n "${TESTS_FILE:-}" ]; then
+  # TESTS_FILE: one pytest process per line, all at once, each line its own paths and options
+  # (`tests/kvcache -k bulk`; `#` lines skipped): selections that one global TESTS_K cannot say.
+  pids=()
+  lines=()
+  while IFS= read -r line; do
+    case $line in "" | "#"*) continue ;; esac
+    eval "set -- $line"
+    gpu_tests "gpu-tests-f${#pids[@]}" "$@" &
+    pids+=($!)
+    lines+=("$line")
+  done <"$TESTS_FILE"
+  for j in "${!pids[@]}"; do
+    wait "${pids[j]}"
+    status=$((status | $?))
+    echo "gpu-tests-f$j: ${lines[j]}"
+    tail -3 "$RESULTS/gpu-tests-f$j.log"
+  done
+fi
 if [ -n "${TESTS:-}" ]; then
   if [ "${TESTS_JOBS:-1}" -gt 1 ]; then
     # TESTS_JOBS=n: the TESTS paths dealt round-robin to n pytest processes sharing the GPU (a
