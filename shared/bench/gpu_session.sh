@@ -138,7 +138,8 @@ gpu_tests() {  # gpu_tests <name> <paths...>: one pytest process, results as <na
   local name=$1
   shift
   # TESTS_TIMEOUT (s) interrupts pytest (SIGINT: it still reports what ran) before the call's limit.
-  timeout --signal=INT "${TESTS_TIMEOUT:-0}" \
+  # A process stuck in a kernel (a hang ignores SIGINT) is killed 30 s later.
+  timeout --signal=INT --kill-after=30 "${TESTS_TIMEOUT:-0}" \
     python3 -m pytest "$@" ${TESTS_K:+-k "$TESTS_K"} -m gpu -q -p no:cacheprovider -p no:logging \
     --timeout=900 --junitxml="$RESULTS/$name.xml" >"$RESULTS/$name.log" 2>&1
 }
