@@ -7,10 +7,14 @@ Expected ceiling, stated before measuring: every op is memory-bound (a few flops
 large shapes the floor is the minimum bytes over the measured copy bandwidth (~4.27 TB/s on the
 H200): rmsnorm 32768 x 8192 bf16 moves 1.07 GB, 251 us; fused_add_rmsnorm twice that. Decode
 shapes (1-64 tokens) are latency-bound: ~1-2 us per kernel under CUDA graphs.
+
+KERNELS_BENCH_DTYPE=float16 times the suite in fp16 (default bfloat16: the recorded sweeps), e.g.
+for an A/B of a change that only the fp16 kernels see.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 import torch
@@ -30,7 +34,9 @@ from shared.bench.shapes import TOKENS, token_grid
 
 QK_HEADS = ((32, 8),)  # (q heads, k heads) of [T, H, 128]
 HEAD_DIM = 128
-DTYPE = torch.bfloat16
+DTYPE = {"bfloat16": torch.bfloat16, "float16": torch.float16}[
+    os.environ.get("KERNELS_BENCH_DTYPE", "bfloat16")
+]
 EPS = 1e-6
 
 
