@@ -143,24 +143,31 @@ gpu_tests() {  # gpu_tests <name> <paths...>: one pytest process, results as <na
     python3 -m pytest "$@" ${TESTS_K:+-k "$TESTS_K"} -m gpu -q -p no:cacheprovider -p no:logging \
     --timeout=900 --junitxml="$RESULTS/$name.xml" >"$RESULTS/$name.log" 2>&1
 }
-if [ -n "${TESTS_FILE:-}" ]; then
-  # TESTS_FILE: one pytest process per line, all at once, each line its own paths and options
-  # (`tests/kvcache -k bulk`; `#` lines skipped): selections that one global TESTS_K cannot say.
-  pids=()
-  lines=()
-  while IFS= read -r line; do
-    case $line in "" | "#"*) continue ;; esac
-    eval "set -- $line"
-    gpu_tests "gpu-tests-f${#pids[@]}" "$@" &
-    pids+=($!)
-    lines+=("$line")
-  done <"$TESTS_FILE"
+parallel_tests() {  # parallel_tests <prefix> <entry>...: one pytest process per entry, all at once
+  local prefix=$1 j
+  shift
+  local entries=("$@") pids=()
+  for j in "${!entries[@]}"; do
+    eval "set -- ${entries[j]}"  # an entry's words: paths and options (-k "...")
+    gpu_tests "$prefix$j" "$@" &
+    pids[j]=$!
+  done
   for j in "${!pids[@]}"; do
     wait "${pids[j]}"
     status=$((status | $?))
-    echo "gpu-tests-f$j: ${lines[j]}"
-    tail -3 "$RESULTS/gpu-tests-f$j.log"
+    echo "$prefix$j: ${entries[j]}"
+    tail -3 "$RESULTS/$prefix$j.log"
   done
+}
+if [ -n "${TESTS_FILE:-}" ]; then
+  # TESTS_FILE: one pytest process per line, all at once, each line its own paths and options
+  # (`tests/kvcache -k bulk`; `#` lines skipped): selections that one global TESTS_K cannot say.
+  entries=()
+  while IFS= read -r line; do
+    case $line in "" | "#"*) continue ;; esac
+    entries+=("$line")
+  done <"$TESTS_FILE"
+  parallel_tests gpu-tests-f "${entries[@]}"
 fi
 if [ -n "${TESTS:-}" ]; then
   if [ "${TESTS_JOBS:-1}" -gt 1 ]; then
@@ -172,18 +179,7 @@ if [ -n "${TESTS:-}" ]; then
       lists[i % TESTS_JOBS]+=" $path"
       i=$((i + 1))
     done
-    pids=()
-    for j in "${!lists[@]}"; do
-      # shellcheck disable=SC2086
-      gpu_tests "gpu-tests-$j" ${lists[j]} &
-      pids[j]=$!
-    done
-    for j in "${!pids[@]}"; do
-      wait "${pids[j]}"
-      status=$((status | $?))
-      echo "gpu-tests-$j:${lists[j]}"
-      tail -3 "$RESULTS/gpu-tests-$j.log"
-    done
+    parallel_tests gpu-tests- "${lists[@]}"
   else
     # shellcheck disable=SC2086
     gpu_tests gpu-tests $TESTS
