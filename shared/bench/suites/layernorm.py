@@ -34,9 +34,11 @@ from shared.bench.shapes import TOKENS, token_grid
 
 QK_HEADS = ((32, 8),)  # (q heads, k heads) of [T, H, 128]
 HEAD_DIM = 128
-DTYPE = {"bfloat16": torch.bfloat16, "float16": torch.float16}[
-    os.environ.get("KERNELS_BENCH_DTYPE", "bfloat16")
-]
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+_dtype_name = os.environ.get("KERNELS_BENCH_DTYPE", "bfloat16")
+if _dtype_name not in _DTYPES:
+    raise ValueError(f"KERNELS_BENCH_DTYPE={_dtype_name!r}: choose one of {sorted(_DTYPES)}")
+DTYPE = _DTYPES[_dtype_name]
 EPS = 1e-6
 
 
