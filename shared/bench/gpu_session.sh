@@ -70,15 +70,17 @@ fi
 export PYTHONPATH=$(ls -d "$ROOT"/packages/*/src | tr '\n' ':')${SITE:-}$ROOT
 export KERNELS_CACHE_DIR=${KERNELS_CACHE_DIR:-/tmp/kernels-cache} PYTHONUNBUFFERED=1
 # A cache packed as .gpu/pack/cache.tar.xz (unstripped modules are ~1-8 MB each; xz shrinks a
-# group's ~10x, so five groups fit the carry's 64 MiB): unpacked into .gpu/cache first.
-if [ -f .gpu/pack/cache.tar.xz ]; then
-  mkdir -p .gpu && tar xJf .gpu/pack/cache.tar.xz -C .gpu
-fi
-if [ -d .gpu/cache ]; then
+# group's ~10x, so five groups fit the carry's 64 MiB) is unpacked straight into the JIT cache
+# (its members are cache/...); a carried .gpu/cache is copied there.
+if [ -f .gpu/pack/cache.tar.xz ] || [ -d .gpu/cache ]; then
   mkdir -p "$KERNELS_CACHE_DIR"
-  cp -r .gpu/cache/. "$KERNELS_CACHE_DIR"/
+  if [ -f .gpu/pack/cache.tar.xz ]; then
+    tar xJf .gpu/pack/cache.tar.xz -C "$KERNELS_CACHE_DIR" --strip-components=1
+  else
+    cp -r .gpu/cache/. "$KERNELS_CACHE_DIR"/
+  fi
   export KERNELS_PREFER_PREBUILT=1
-  echo "prebuilt modules: $(find .gpu/cache -name '*.so' | wc -l) carried in .gpu/cache"
+  echo "prebuilt modules: $(find "$KERNELS_CACHE_DIR" -name '*.so' | wc -l) in $KERNELS_CACHE_DIR"
 fi
 # vLLM's _C in halves (shared/bench/fetch_peers.py, split_for_carry): a call carrying
 # .peers/vllm-parts/<file>.1 keeps it in /tmp on the machine; the next call on that still-warm
