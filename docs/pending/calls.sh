@@ -15,26 +15,18 @@ case "$call" in
      export AB_OPS="top_k_renorm top_p_renorm top_k_mask min_p top_k_top_p per_tensor topk_softmax
        gate_topk moe_sum_reduce" ;;
   3) export TESTS_FILE=docs/pending/gpu-tests-2.txt TESTS_TIMEOUT=400 ;;
-  4) export AB="kvcache diffusion gemm mamba"
+  4) # layernorm's A/B in fp16 (patch 04; KERNELS_BENCH_DTYPE is read by the layernorm suite
+     # alone, and the prefix also picks diffusion.layernorm_scale_shift, in bf16); patch 03
+     # changes group_norm_silu's C++ signature (no A/B twin): its own script, through RUN
+     export AB="kvcache diffusion gemm mamba layernorm" KERNELS_BENCH_DTYPE=float16
      export AB_OPS="store_cache reshape_and_cache_flash set_mla_kv_buffer timestep_embedding dsv3
-       causal_conv1d" ;;
+       causal_conv1d layernorm"
+     export RUN="timeout -s INT 90 python3 docs/pending/group_norm_ab.py" ;;
   5) export BENCH="sampling moe quantization" STATIC_COMPILE=large BENCH_TIMEOUT=420 ;;
   *) echo "calls.sh: no call $call (1..5)" >&2; exit 2 ;;
 esac
-limit=470
-[ "$call" = 4 ] && limit=380  # its two extra A/Bs below take up to 2 x 60 s
-timeout -k 10 -s INT "$limit" bash shared/bench/gpu_session.sh >"$OUT/session.log" 2>&1
+timeout -k 10 -s INT 470 bash shared/bench/gpu_session.sh >"$OUT/session.log" 2>&1
 status=$?
-if [ "$call" = 4 ]; then
-  # patch 03 changes group_norm_silu's C++ signature (no A/B twin), and patch 04's fp16 layernorm
-  # is timed with the layernorm suite's fp16 knob; in gpu_session's environment (its wheels in
-  # /tmp/site, its module cache)
-  export PYTHONPATH=$(ls -d "$PWD"/packages/*/src | tr '\n' ':')/tmp/site:$PWD
-  export KERNELS_CACHE_DIR=/tmp/kernels-cache KERNELS_PREFER_PREBUILT=1 PYTHONUNBUFFERED=1
-  { timeout -s INT 60 python3 docs/pending/group_norm_ab.py
-    KERNELS_BENCH_DTYPE=float16 timeout -s INT 60 python3 -m shared.bench.ab run --group layernorm \
-      --op layernorm; } >>"$OUT/session.log" 2>&1
-fi
 mkdir -p "$OUT/t"
 tar czf "$OUT/t/r.tgz" -C "$OUT" results session.log 2>/dev/null
 rm -rf "$OUT/results" "$OUT/session.log" "$OUT/results.tar.gz"

@@ -45,6 +45,9 @@
 # of .ab/ab_<group>, prepared here with `python -m shared.bench.ab prepare --base <rev> --group
 # <group>` and carried, timed interleaved against the tree's through the suite's cases; ab.log).
 #
+# RUN="command" runs one more shell command after the A/Bs, in this script's environment (its
+# wheels, module cache and peers): measurements no option above covers; run.log.
+#
 # Carried wheels (apache-tvm-ffi, liger-kernel for cp312) in .whl/ are installed first.
 #
 # Modules compiled here, not there (device time): the CPU machine builds them into the ignored
@@ -204,6 +207,10 @@ if [ -n "${AB:-}" ]; then
   for o in ${AB_OPS:-}; do args+=(--op "$o"); done
   [ -n "${QUICK:-}" ] && args+=(--quick)
   python3 -m shared.bench.ab run "${args[@]}" 2>&1 | tee "$RESULTS/ab.log" | tail -60
+  status=$((status | PIPESTATUS[0]))
+fi
+if [ -n "${RUN:-}" ]; then
+  bash -c "$RUN" 2>&1 | tee "$RESULTS/run.log" | tail -60
   status=$((status | PIPESTATUS[0]))
 fi
 n=0
