@@ -213,6 +213,33 @@ def test_timestep_embedding_t_dtypes_and_large_arguments(t_dtype):
     )
 
 
+@pytest.mark.parametrize("dim", [8, 127, 256, 320])
+@pytest.mark.parametrize(("flip", "shift"), [(False, 1.0), (True, 0.0)])
+def test_timestep_embedding_fast_sincos_matches_sincosf(dim, flip, shift):
+    """The kernel's inlined fast path of sincosf (magic-number quadrant, flip as a quadrant
+    offset) against torch's sin/cos of the same fp32 angles: a few ulp, far inside 2e-4."""
+    t = torch.cat([torch.rand(200, device=DEV) * 1000, -torch.rand(56, device=DEV) * 1000])
+    got = timestep_embedding(t, dim, flip_sin_to_cos=flip, downscale_freq_shift=shift)
+    expected = reference.timestep_embedding(t, dim, flip, shift)
+    assert_close(got, expected, atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize("out_dtype", DTYPES, ids=str)
+def test_timestep_embedding_fast_path_limit(out_dtype):
+    """Angles on both sides of the fast path's limit (|a| < 105615), far past it (Payne-Hanek in
+    sincosf), negative, inf and nan: each thread picks one path for its whole pack."""
+    inf, nan = float("inf"), float("nan")
+    t = torch.tensor(
+        [0.0, 105614.0, 105615.0, 105616.0, -105614.99, 3e5, -7.5e6, 1e30, 2.5e4, inf, -inf, nan],
+        device=DEV,
+    )
+    for dim, scale in ((8, 1.0), (64, 1.0), (33, 4.0), (256, 1000.0)):
+        got = timestep_embedding(t, dim, scale=scale, out_dtype=out_dtype, backend="cuda")
+        expected = reference.timestep_embedding(t, dim, scale=scale, out_dtype=out_dtype)
+        atol = 2e-6 if out_dtype == torch.float32 else None
+        assert_close(got, expected, atol=atol, rtol=0 if atol else None)
+
+
 def test_timestep_embedding_poisoned_out_and_empty():
     from kernels_diffusion.ops.timestep_embedding import TIMESTEP_EMBEDDING
 

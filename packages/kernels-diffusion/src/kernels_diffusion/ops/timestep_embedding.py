@@ -23,7 +23,7 @@ TIMESTEP_EMBEDDING_CUDA = ModuleSpec(
     package="kernels_diffusion",
     sources=("csrc/timestep_embedding.cuh",),
     exports=(("timestep_embedding", "timestep_embedding"),),
-    description="CUDA: sinusoidal timestep embedding, 16-byte stores, accurate sincosf",
+    description="CUDA: sinusoidal timestep embedding, 16-byte stores, sincosf-exact sin/cos",
 )
 
 _timestep_embedding_cuda = CompiledFunction(TIMESTEP_EMBEDDING_CUDA, "timestep_embedding")
