@@ -230,7 +230,7 @@ def test_timestep_embedding_fast_path_limit(out_dtype):
     sincosf), negative, inf and nan: each thread picks one path for its whole pack."""
     inf, nan = float("inf"), float("nan")
     t = torch.tensor(
-        [0.0, 105614.0, 105615.0, 105616.0, -105614.99, 3e5, -7.5e6, 1e30, 2.5e4, inf, -inf, nan],
+        [0.0, 105613.0, 105614.5, 105615.0, -105614.99, 3e5, -7.5e6, 1e30, 2.5e4, inf, -inf, nan],
         device=DEV,
     )
     for dim, scale in ((8, 1.0), (64, 1.0), (33, 4.0), (256, 1000.0)):
@@ -238,6 +238,37 @@ def test_timestep_embedding_fast_path_limit(out_dtype):
         expected = reference.timestep_embedding(t, dim, scale=scale, out_dtype=out_dtype)
         atol = 2e-6 if out_dtype == torch.float32 else None
         assert_close(got, expected, atol=atol, rtol=0 if atol else None)
+
+
+@pytest.mark.parametrize("out_dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("n", "dim"), [(20000, 512), (9001, 320), (5000, 127), (300000, 2)])
+def test_timestep_embedding_lanes_loop_over_rows(out_dtype, n, dim):
+    """Past about 1024 lanes per SM each lane loops over rows (n0, n0 + sweep, ...), its
+    frequencies computed once: several passes, a row count that is no multiple of the pass,
+    packed, scalar (odd dim, zero column) and one-frequency rows."""
+    t = torch.rand(n, device=DEV) * 1000
+    shift = 0.0 if dim == 2 else 1.0
+    got = timestep_embedding(
+        t, dim, flip_sin_to_cos=True, downscale_freq_shift=shift, out_dtype=out_dtype
+    )
+    expected = reference.timestep_embedding(t, dim, True, shift, out_dtype=out_dtype)
+    atol = 2e-6 if out_dtype == torch.float32 else None
+    assert_close(got, expected, atol=atol, rtol=0 if atol else None)
+    if dim % 2:
+        assert not got[:, -1].any()
+
+
+def test_timestep_embedding_lanes_loop_strided():
+    """The row loop's pointer steps: strided t (every other element) and rows of out inside a
+    wider poisoned buffer, over several passes; the padding stays untouched."""
+    from kernels_diffusion.ops.timestep_embedding import TIMESTEP_EMBEDDING
+
+    n = 12345
+    t = (torch.rand(2 * n, device=DEV) * 1000)[::2]
+    wide = poison(torch.empty(n, 264, device=DEV))
+    TIMESTEP_EMBEDDING.run(wide[:, :256], t, 256, False, 1.0, 1.0, 10000.0, backend="cuda")
+    assert_close(wide[:, :256], reference.timestep_embedding(t, 256), atol=2e-6, rtol=0)
+    assert wide[:, 256:].isnan().all()
 
 
 def test_timestep_embedding_poisoned_out_and_empty():

@@ -8,14 +8,19 @@
 // a 3-constant Cody-Waite reduction, the same minimax polynomials; <= 1.5 ulp, 9e-8 absolute on
 // [-105615, 105615], checked against float64 on 2M+ arguments), without its per-element slow-path
 // branch and with j rounded by a magic-number add (two FADDs on the FMA pipe instead of F2I + I2F
-// on the quarter-rate conversion pipe). A thread whose angles are all below 105615 in magnitude
-// (t <= 1000 with frequencies <= 1: always) takes it; any other (larger angles, inf, nan) calls
-// sincosf, whose Payne-Hanek reduction stays exact there (__sinf/__cosf would not).
+// on the quarter-rate conversion pipe). A lane's row takes it when |t| times the lane's largest
+// |scale * f| is below 105614 (t <= 1000 with frequencies <= 1: always); any other (larger
+// angles, inf, nan) calls sincosf, whose Payne-Hanek reduction stays exact there (__sinf/__cosf
+// would not).
 //
-// One thread per W consecutive frequencies of one row (W = a 16-byte pack of out when half and
-// dim are whole packs and out is aligned, else 1): it computes W (sin, cos) pairs and writes one
-// 16-byte store into each half of the row, so a warp's stores are two coalesced sweeps. A flat
-// work index split by a FastDivmod keeps every SM busy at any N; PDL for small grids (decode).
+// A lane owns W consecutive frequencies (W = a 16-byte pack of out when half and dim are whole
+// packs and out is aligned, else 1) of rows n0, n0 + sweep, n0 + 2 sweep, ...: it computes its W
+// frequencies once (expf, in registers) and per row W (sin, cos) pairs, written as one 16-byte
+// streaming store into each half of the row, so a warp's stores are two coalesced sweeps. The
+// lanes (sweep rows x per_row, one FastDivmod per thread, none in the loop) are about
+// kThreadsPerSm per SM, one resident wave: up to that size one row per lane (decode shapes as
+// before), above it each lane loops over ceil(N / sweep) rows (16384 x 512 fp32: 8), prefetching
+// the next row's t. PDL (the grid is about one wave).
 // t: float32, float16, bfloat16, float64, int32 or int64, read and converted to fp32.
 #pragma once
 
@@ -36,11 +41,19 @@ namespace timestep_embedding_detail {
 using kernels::FastDivmod;
 using kernels::kPointwiseThreads;
 
+// Lanes per SM: 8 blocks of kPointwiseThreads (launch bounds keep the registers at <= 64). A
+// lane's frequencies are amortized over its rows; stores need no occupancy to stay in flight.
+constexpr int kThreadsPerSm = 1024;
+
 struct Problem {
-  FastDivmod per_row;  // work items per row
-  uint32_t total;
+  FastDivmod per_row;  // lanes per row
+  uint32_t lanes;      // sweep * per_row
+  uint32_t rows;
+  uint32_t sweep;      // rows one pass of the lanes covers (a lane's row step)
   int64_t t_stride;
   int64_t out_stride;  // elements between rows of out
+  int64_t t_step;      // sweep * t_stride
+  int64_t row_step;    // sweep * out_stride
   int half;
   bool odd;           // a zero column at dim - 1
   bool flip;
@@ -91,15 +104,12 @@ __device__ __forceinline__ void sincos_fast(float a, bool flip, float& first, fl
   second = __uint_as_float(__float_as_uint(odd ? sr : cr) ^ (m2 & 0x80000000u));
 }
 
-// The halves of W angles: the fast path when all are in its range (one branch per thread), else
-// sincosf (exact reduction for large arguments, inf and nan).
+// The halves of W angles: the fast path when `fast` (all |a| < kFastTrigLimit, one branch per
+// row of a lane), else sincosf (exact reduction for large arguments, inf and nan).
 template <int W>
-__device__ __forceinline__ void sincos_all(const float (&a)[W], bool flip, float (&first)[W],
-                                           float (&second)[W]) {
-  float amax = 0.0f;
-#pragma unroll
-  for (int k = 0; k < W; ++k) amax = fmaxf(amax, fabsf(a[k]));
-  if (amax < kFastTrigLimit) {
+__device__ __forceinline__ void sincos_all(bool fast, const float (&a)[W], bool flip,
+                                           float (&first)[W], float (&second)[W]) {
+  if (fast) {
 #pragma unroll
     for (int k = 0; k < W; ++k) sincos_fast(a[k], flip, first[k], second[k]);
   } else {
@@ -114,39 +124,60 @@ __device__ __forceinline__ void sincos_all(const float (&a)[W], bool flip, float
 }
 
 template <typename T, typename TT, bool kPacked>
-__global__ void __launch_bounds__(kPointwiseThreads)
+__global__ void __launch_bounds__(kPointwiseThreads, kThreadsPerSm / kPointwiseThreads)
     timestep_embedding_kernel(bool pdl, T* __restrict__ out, const TT* __restrict__ t,
                               Problem p) {
   constexpr int W = kernels::pack_width<T, kPacked>;
   const uint32_t i = blockIdx.x * kPointwiseThreads + threadIdx.x;
   if (pdl) kernels::pdl_wait();
-  if (i >= p.total) return;
+  if (i >= p.lanes) return;
   uint32_t n, c;
   p.per_row.divmod(i, n, c);
-  const float tn = read_t(t + n * p.t_stride);
+  const TT* tp = t + n * p.t_stride;
+  float tn = read_t(tp);
   if (pdl) kernels::pdl_launch_dependents();
   T* row = out + n * p.out_stride;
   const int f0 = static_cast<int>(c) * W;
-  if (f0 < p.half) {
-    float a[W], first[W], second[W];
+  const bool has_freqs = f0 < p.half;  // false only for dim 1
+  const bool zero_column = p.odd && c == 0;
+  float freq[W];
+  float fmax = 0.0f;
 #pragma unroll
-    for (int k = 0; k < W; ++k) {
-      const float exponent = p.log_period * static_cast<float>(f0 + k);
-      const float freq = expf(exponent * p.inv_denom);
-      a[k] = p.scale * (tn * freq);
-    }
-    sincos_all(a, p.flip, first, second);
-    kernels::Pack<T, W> y;
-    y.pack(first);
-    y.store_stream(row + f0);
-    y.pack(second);
-    y.store_stream(row + p.half + f0);
+  for (int k = 0; k < W; ++k) {
+    const float exponent = p.log_period * static_cast<float>(f0 + k);
+    freq[k] = expf(exponent * p.inv_denom);
+    fmax = fmaxf(fmax, freq[k]);
   }
-  if (p.odd && c == 0) {
-    float z[1] = {0.0f};
-    kernels::Pack<T, 1> y;
-    y.pack(z);
-    y.store(row + 2 * p.half);
+  // |a| = |scale * (t * f)| <= bound * |t| * (1 + 2^-22) in fp32 for every f of the lane, so
+  // bound * |t| < kFastTrigLimit - 1 (a margin of 1e-5 relative) keeps every |a| in the fast
+  // path's range; nan and inf fail the test.
+  const float bound = fabsf(p.scale) * fmax;
+  for (;;) {
+    n += p.sweep;  // < 2^32: rows < 2^31, sweep <= rows
+    const bool more = n < p.rows;
+    tp += p.t_step;
+    float t_next = 0.0f;
+    if (more) t_next = read_t(tp);
+    if (has_freqs) {
+      float a[W], first[W], second[W];
+#pragma unroll
+      for (int k = 0; k < W; ++k) a[k] = p.scale * (tn * freq[k]);
+      sincos_all(fabsf(tn) * bound < kFastTrigLimit - 1.0f, a, p.flip, first, second);
+      kernels::Pack<T, W> y;
+      y.pack(first);
+      y.store_stream(row + f0);
+      y.pack(second);
+      y.store_stream(row + p.half + f0);
+    }
+    if (zero_column) {
+      float z[1] = {0.0f};
+      kernels::Pack<T, 1> y;
+      y.pack(z);
+      y.store(row + 2 * p.half);
+    }
+    if (!more) break;
+    row += p.row_step;
+    tn = t_next;
   }
 }
 
@@ -158,22 +189,34 @@ void run(T* out, const TT* t, int64_t rows, int64_t dim, int64_t t_stride, int64
   const bool packed = half % P == 0 && dim % P == 0 && out_stride % P == 0 &&
                       kernels::is_aligned(out) && half > 0;
   const int64_t per_row = half == 0 ? 1 : (packed ? half / P : half);
+  // Rows per pass: about kThreadsPerSm lanes per SM (at least one row), then evened out so the
+  // last pass is not a short one (16384 rows of 64 lanes on 132 SMs: 2112 -> 8 passes of 2048).
+  const int64_t target = static_cast<int64_t>(kernels::sm_count(ctx.device)) * kThreadsPerSm;
+  int64_t sweep = std::max<int64_t>(1, target / per_row);
+  if (sweep >= rows) {
+    sweep = rows;
+  } else {
+    const int64_t passes = (rows + sweep - 1) / sweep;
+    sweep = (rows + passes - 1) / passes;
+  }
   Problem p;
   p.per_row = FastDivmod(static_cast<uint32_t>(per_row));
+  p.lanes = static_cast<uint32_t>(sweep * per_row);  // <= max(target, per_row) < 2^31
+  p.rows = static_cast<uint32_t>(rows);
+  p.sweep = static_cast<uint32_t>(sweep);
   p.t_stride = t_stride;
   p.out_stride = out_stride;
+  p.t_step = sweep * t_stride;
+  p.row_step = sweep * out_stride;
   p.half = static_cast<int>(half);
   p.odd = dim % 2 != 0;
   p.flip = flip;
   p.log_period = static_cast<float>(-std::log(max_period));
   p.inv_denom = 1.0f / static_cast<float>(static_cast<double>(half) - shift);
   p.scale = static_cast<float>(scale);
-  kernels::for_row_chunks(rows, per_row, [&](int64_t r0, int64_t n) {
-    p.total = static_cast<uint32_t>(n * per_row);
-    auto kernel = packed ? timestep_embedding_kernel<T, TT, true>
-                         : timestep_embedding_kernel<T, TT, false>;
-    kernels::launch_pointwise(ctx, kernel, p.total, out + r0 * out_stride, t + r0 * t_stride, p);
-  });
+  auto kernel =
+      packed ? timestep_embedding_kernel<T, TT, true> : timestep_embedding_kernel<T, TT, false>;
+  kernels::launch_pointwise(ctx, kernel, p.lanes, out, t, p);
 }
 
 // Runs body.template operator()<TT>() with TT the C++ type of t's dtype.
