@@ -19,8 +19,8 @@ def test_cuda_sources_compile_for_sm90a():
 
 # One call per kernel path: residual_gate_add packed/scalar with each gate layout;
 # layernorm_scale_shift register (1/2/4/8 vectors) and loop kernels, fp32 modulation, affine;
-# timestep_embedding packed/scalar, odd dims, every t dtype; group_norm_silu one-read and
-# two-kernel paths, NC* and channels-last, packed and scalar.
+# timestep_embedding packed/scalar, odd dims, every t dtype; group_norm_silu one-read, streamed
+# and two-kernel paths, NC* and channels-last, packed and scalar.
 _MEMCHECK_SCRIPT = """
 import torch
 from kernels_diffusion import (group_norm_silu, layernorm_scale_shift, residual_gate_add,
@@ -52,6 +52,14 @@ for dtype in (torch.bfloat16, torch.float32):
         w, bias = torch.randn(c, device=dev), torch.randn(c, device=dev)
         group_norm_silu(x, groups, w, bias, channels_last=last)
         group_norm_silu(x, groups, w.to(dtype), bias.to(dtype), channels_last=last)
+import kernels_diffusion.ops.group_norm_silu as gns
+gns._STREAM_MIN_BYTES = 0  # the streamed kernel: NC* and channels-last, packed and scalar
+for shape, groups, last in (((2, 32, 5, 7), 32, False), ((2, 64, 300, 300), 32, False),
+                            ((1, 16, 16, 128), 32, True), ((2, 40, 40, 96), 32, True)):
+    x = torch.randn(*shape, device=dev).to(torch.bfloat16)
+    c = shape[-1] if last else shape[1]
+    w, bias = torch.randn(c, device=dev), torch.randn(c, device=dev)
+    group_norm_silu(x, groups, w, bias, channels_last=last)
 torch.cuda.synchronize()
 print("done")
 """

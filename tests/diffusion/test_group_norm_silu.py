@@ -72,3 +72,152 @@ def test_opcheck():
     x, weight, bias = _inputs((2, 8, 3, 3), 8, seed=4)
     out = torch.empty_like(x)
     torch.library.opcheck(GROUP_NORM_SILU.torch_op, (out, x, 4, weight, bias, 1e-5, False, None))
+
+
+# The streamed CUDA kernel (x of at least _STREAM_MIN_BYTES; the tests lower the threshold) ----
+
+
+def _gpu_inputs(shape, channels, dtype, w_dtype, seed):
+    from shared.testing.inputs import randn
+
+    x = randn(*shape, dtype=dtype, device="cuda", seed=seed, scale=2.0) + 0.5
+    w = randn(channels, dtype=w_dtype, device="cuda", seed=seed + 1)
+    b = randn(channels, dtype=w_dtype, device="cuda", seed=seed + 2)
+    return x, w, b
+
+
+@pytest.fixture
+def streamed(monkeypatch):
+    """Every CUDA call takes the streamed kernel; yields the list of the `arrived` buffers the
+    calls used (after a call: counters[N x G] is the ticket counter, > 0 only if it ran)."""
+    from kernels_diffusion.ops import group_norm_silu as mod
+
+    seen = []
+    real = mod._group_norm_silu_kernels
+
+    def spy(*args):
+        seen.append(args[8])
+        return real(*args)
+
+    monkeypatch.setattr(mod, "_STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(mod, "_group_norm_silu_kernels", spy)
+    return seen
+
+
+def _ran_streamed(arrived: torch.Tensor) -> bool:
+    torch.cuda.synchronize()
+    return int(arrived[-1]) > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    ("shape", "groups", "channels_last"),
+    [
+        ((1, 4, 1), 2, False),  # one element a channel, one tile a group
+        ((3, 6), 3, False),  # no spatial dims
+        ((2, 32, 5, 7), 32, False),  # odd spatial: scalar units
+        ((1, 12, 2, 3, 4), 3, False),
+        ((2, 64, 8, 8), 8, False),
+        ((1, 128, 64, 64), 32, False),  # 4 tiles a group (bf16), all stats before the norms
+        ((2, 64, 300, 300), 32, False),  # tiles of 11 a group (bf16): stats and norms interleave
+        ((1, 33, 2049), 3, False),  # groups of 22539 elements: a short last tile
+        ((1, 16, 16, 128), 32, True),  # channels-last, 4 channels a group
+        ((2, 40, 40, 96), 32, True),  # channels-last, 3 channels a group: scalar units
+        ((1, 128, 128, 512), 32, True),  # channels-last, interleaved (bf16: 16 tiles a group)
+    ],
+)
+@pytest.mark.parametrize("w_fp32", [False, True])
+def test_streamed_kernel(streamed, dtype, shape, groups, channels_last, w_fp32):
+    from kernels_diffusion import reference
+
+    c = shape[-1] if channels_last else shape[1]
+    x, w, b = _gpu_inputs(shape, c, dtype, torch.float32 if w_fp32 else dtype, seed=sum(shape))
+    got = group_norm_silu(x, groups, w, b, channels_last=channels_last, backend="cuda")
+    assert _ran_streamed(streamed[-1])
+    expected = reference.group_norm_silu(x, groups, w, b, 1e-5, channels_last)
+    assert_close(got, expected)
+    # Misaligned x: the scalar units of the same kernel (more, shorter tiles).
+    from shared.testing.inputs import misaligned
+
+    got = group_norm_silu(misaligned(x), groups, w, b, channels_last=channels_last, backend="cuda")
+    assert _ran_streamed(streamed[-1])
+    assert_close(got, expected)
+    ng = shape[0] * groups
+    counters = streamed[-1].cpu()
+    assert (counters[:ng] == counters[0]).all()  # every group arrived: its tile count
+
+
+@pytest.mark.gpu
+def test_streamed_kernel_large_offset_mean(streamed):
+    """The shifted sums keep the variance accurate across the tiles of a group (fp64 combine)."""
+    from kernels_diffusion import reference
+    from shared.testing.inputs import randn
+
+    x = randn(1, 64, 128, 128, device="cuda", seed=3) + 1000.0
+    w, b = torch.ones(64, device="cuda"), torch.zeros(64, device="cuda")
+    got = group_norm_silu(x, 32, w, b, backend="cuda")
+    assert _ran_streamed(streamed[-1])
+    torch.testing.assert_close(got, reference.group_norm_silu(x, 32, w, b), atol=3e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+def test_streamed_threshold_edges(monkeypatch):
+    """x of exactly _STREAM_MIN_BYTES takes the streamed kernel, one byte more of threshold the
+    one-read kernel; a negative threshold never streams."""
+    from kernels_diffusion import reference
+    from kernels_diffusion.ops import group_norm_silu as mod
+
+    x, w, b = _gpu_inputs((2, 64, 40, 48), 64, torch.bfloat16, torch.bfloat16, seed=9)
+    nbytes = x.numel() * x.element_size()
+    seen = []
+    real = mod._group_norm_silu_kernels
+
+    def spy(*args):
+        seen.append(args[8])
+        return real(*args)
+
+    monkeypatch.setattr(mod, "_group_norm_silu_kernels", spy)
+    expected = reference.group_norm_silu(x, 32, w, b)
+    for threshold, streams in ((nbytes, True), (nbytes + 1, False), (-1, False), (0, True)):
+        monkeypatch.setattr(mod, "_STREAM_MIN_BYTES", threshold)
+        assert_close(group_norm_silu(x, 32, w, b, backend="cuda"), expected)
+        assert _ran_streamed(seen[-1]) == streams, threshold
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 64, 8, 256, 256), (1, 128, 20, 256, 256)], ids=str)
+def test_streamed_default_threshold_large(shape):
+    """Shapes above the default threshold (67 MB, and the HunyuanVideo VAE shape, 335 MB of
+    bf16: 32 groups of 320 tiles, stats and norms interleaved ~650 tiles apart) stream."""
+    from kernels_diffusion import reference
+    from kernels_diffusion.ops import group_norm_silu as mod
+
+    x, w, b = _gpu_inputs(shape, shape[1], torch.bfloat16, torch.bfloat16, seed=11)
+    assert x.numel() * x.element_size() >= mod._STREAM_MIN_BYTES
+    got = group_norm_silu(x, 32, w, b, backend="cuda")
+    expected = reference.group_norm_silu(x, 32, w, b)
+    assert_close(got, expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("shape", "channels_last"), [((1, 64, 300, 300), False), ((1, 64, 64, 256), True)]
+)
+def test_streamed_cuda_graph_replays(streamed, shape, channels_last):
+    """Captured once, replayed twice on new inputs: the counters and the ticket counter are
+    zeroed by a node of the graph, so every replay starts from zero."""
+    from kernels_diffusion import reference
+
+    c = shape[-1] if channels_last else shape[1]
+    x, w, b = _gpu_inputs(shape, c, torch.bfloat16, torch.bfloat16, seed=5)
+    group_norm_silu(x, 32, w, b, channels_last=channels_last, backend="cuda")  # warm up / build
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = group_norm_silu(x, 32, w, b, channels_last=channels_last, backend="cuda")
+    for seed in (6, 7):
+        x.copy_(_gpu_inputs(shape, c, torch.bfloat16, torch.bfloat16, seed=seed)[0])
+        out.fill_(float("nan"))
+        graph.replay()
+        assert _ran_streamed(streamed[-1])
+        assert_close(out, reference.group_norm_silu(x, 32, w, b, 1e-5, channels_last))

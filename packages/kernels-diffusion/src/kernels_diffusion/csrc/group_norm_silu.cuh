@@ -4,7 +4,11 @@
 // C/G * S elements) or, channels-last, [N, *spatial, C] (a group is S rows of C/G contiguous
 // elements, row stride C). Both are "rows of contiguous segments" to the kernels.
 //
-// Two schemes, both splitting a group across CTAs (1 x 32 groups must fill 132 SMs):
+// Three schemes, all splitting a group across CTAs (1 x 32 groups must fill 132 SMs):
+//   - the streamed kernel (group_norm_silu_stream) for x of at least `stream_min_bytes` (set by
+//     the Python side above the L2 size): tiles ticketed in one order, each read twice, the
+//     second read `lag` tiles after the first, from L2 (details at the kernel). x read once
+//     from DRAM, out written once, no grid-wide lockstep.
 //   - the one-read kernel (group_norm_silu_fused), where every tile of a group (256 threads x
 //     8 packs, 32 KB of bf16 held in registers) can be resident at once: each CTA publishes its
 //     tile's shifted sums, waits for the group's other tiles (an arrival counter per group),
@@ -231,6 +235,17 @@ __device__ __forceinline__ int load_acquire(const int* p) {
   return v;
 }
 
+__device__ __forceinline__ void red_release(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Element offset of group grp (n * G + g) and its g.
+__device__ __forceinline__ int64_t group_base(const Geometry& p, uint32_t grp, uint32_t& g) {
+  uint32_t n;
+  p.groups.divmod(grp, n, g);
+  return static_cast<int64_t>(n) * p.sample_stride + static_cast<int64_t>(g) * p.group_stride;
+}
+
 template <typename T, typename WT, bool kPacked, bool kChannelsLast>
 __global__ void __launch_bounds__(kFusedThreads, 4)
     group_norm_silu_fused(bool, T* __restrict__ out, const T* __restrict__ x,
@@ -361,11 +376,258 @@ inline int resident_ctas(int device) {
   return ctas;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The streamed kernel, for x larger than L2 (two reads of x from DRAM would cost 1.5x the
+// minimum traffic, and the one-read kernel's groups wait on each other in lockstep rounds): x is
+// cut into tiles of kStreamTile units (tiles never straddle groups), and each tile is one
+// "stats" item (read it from DRAM with an L2 evict-last hint, publish its shifted sums) and one
+// "norm" item (read it again, from L2 now, evict-first; normalise, store evict-first). The items
+// run in one global order given out by a ticket counter (atomicAdd): the first `lag` tiles' stats,
+// then stats(lag + k) and norm(k) alternating, then the last norms. So DRAM sees one steady read
+// stream (stats) and one write stream (norms) at the same rate, and a tile is re-read `lag` tiles
+// (~one group + the tiles in flight, ~20 MB at 1 x 128 x 20 x 256 x 256 bf16) after its first
+// read, well inside the 50 MB L2. A stats item stores its tile's shifted sums (partial[tile]) and
+// arrives at its group's counter with a release add, deferred until the CTA's next loads are in
+// flight (nothing waits on a round trip); a norm item issues its loads, waits until the counter
+// reaches the group's tile count (with the lag it rarely waits), and combines the group's partials
+// in fp64 in one fixed order (every tile of a group gets the same mean and rstd).
+// Deadlock-free without co-residency: a norm item waits only on stats items of smaller tickets
+// (lag >= tiles per group), a ticket is only ever held by a running CTA, which finishes its items
+// in ticket order and publishes an arrival before it can wait; so the smallest unfinished ticket
+// always proceeds (induction). The tickets also balance the SMs.
+// counters: [N x G] arrivals and the ticket counter after them, zeroed before every launch (a
+// memset node in CUDA graphs: replays start from zero).
+constexpr int kStreamThreads = 256;
+constexpr int kStreamPacks = 8;
+constexpr int kStreamTile = kStreamThreads * kStreamPacks;  // units per tile
+// The lag beyond one group, in eighths of the grid: about half the items in flight are stats,
+// so a norm item `group + grid / 2` tiles behind finds its group's last stats item finished;
+// 5/8 leaves a margin (1 x 128 x 20 x 256 x 256 bf16: 320 + 330 tiles, 21 MB of x in L2).
+constexpr int kStreamLagEighths = 5;
+
+struct Stream {
+  FastDivmod tiles_per_group;
+  uint32_t tiles;   // M: tiles of x (N x G x tiles_per_group)
+  uint32_t lag;     // stats tiles issued before the first norm tile
+  uint32_t groups;  // N x G (the ticket counter is counters[groups])
+};
+
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// A pack of x (read-only for the whole kernel) through the non-coherent path, not kept in L1,
+// with an L2 eviction policy; scalars take a plain load.
+template <typename T, int W>
+__device__ __forceinline__ void load_hinted(kernels::Pack<T, W>& v, const T* p, uint64_t policy) {
+  if constexpr (W * sizeof(T) % 16 == 0) {
+#pragma unroll
+    for (int a = 0; a < kernels::Pack<T, W>::kAccesses; ++a) {
+      uint4 r;
+      asm volatile(
+          "ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+          : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+          : "l"(reinterpret_cast<const uint4*>(p) + a), "l"(policy));
+      v.set(a, r);
+    }
+  } else {
+    v.load_stream(p);
+  }
+}
+
+// Ticket -> tile; true for a norm item.
+__device__ __forceinline__ bool stream_item(const Stream& s, uint32_t ticket, uint32_t& tile) {
+  if (ticket < s.lag) {
+    tile = ticket;
+    return false;
+  }
+  const uint32_t j = ticket - s.lag;
+  const uint32_t paired = 2 * (s.tiles - s.lag);
+  if (j < paired) {
+    tile = (j & 1) ? j >> 1 : s.lag + (j >> 1);
+    return (j & 1) != 0;
+  }
+  tile = s.tiles - s.lag + (j - paired);
+  return true;
+}
+
+template <typename T, typename WT, bool kPacked, bool kChannelsLast>
+__global__ void __launch_bounds__(kStreamThreads, 4)
+    group_norm_silu_stream(bool pdl, T* __restrict__ out, const T* __restrict__ x,
+                           const WT* __restrict__ weight, const WT* __restrict__ bias,
+                           float* __restrict__ partial, int* __restrict__ counters, Geometry p,
+                           Stream s) {
+  constexpr int W = kernels::pack_width<T, kPacked>;
+  constexpr int kWarps = kStreamThreads / 32;
+  __shared__ float shared[2][32];
+  __shared__ double shared64[2][kWarps];
+  __shared__ int tickets[2];  // by item parity
+  if (pdl) kernels::pdl_wait();
+  int* ticket_counter = counters + s.groups;
+  if (threadIdx.x == 0) tickets[0] = atomicAdd(ticket_counter, 1);
+  __syncthreads();
+  const uint32_t items = 2 * s.tiles;
+  const uint32_t tpg = s.tiles_per_group.divisor;
+  const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int pending = -1;  // thread 0: the group whose arrival is still to be published
+  uint32_t ticket = static_cast<uint32_t>(tickets[0]);
+  for (int parity = 1; ticket < items; parity ^= 1) {
+    // The next ticket, in a register until the end of this item (no stall on its latency).
+    int next = 0;
+    if (threadIdx.x == 0) next = atomicAdd(ticket_counter, 1);
+    uint32_t tile, grp, in_group, g;
+    const bool norm = stream_item(s, ticket, tile);
+    s.tiles_per_group.divmod(tile, grp, in_group);
+    const int64_t base = group_base(p, grp, g);
+    const T* gx = x + base;
+    const uint32_t begin = in_group * kStreamTile;
+    kernels::Pack<T, W> v[kStreamPacks];
+    const uint64_t policy = norm ? l2_policy_evict_first() : l2_policy_evict_last();
+#pragma unroll
+    for (int k = 0; k < kStreamPacks; ++k) {
+      const uint32_t u = begin + threadIdx.x + k * kStreamThreads;
+      uint32_t col;
+      if (u < p.units) {
+        load_hinted(v[k], gx + unit_offset<W>(p, u, col), policy);
+      } else {
+        v[k].zero();
+      }
+    }
+    // The previous stats item's arrival, released now that this item's loads are in flight
+    // (the release waits for its partial-sum store, not the CTA).
+    if (threadIdx.x == 0 && pending >= 0) {
+      red_release(counters + pending, 1);
+      pending = -1;
+    }
+    const float shift = kernels::to_float(gx[0]);
+    if (!norm) {
+      float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kStreamPacks; ++k) {
+        if (begin + threadIdx.x + k * kStreamThreads < p.units) {
+          float e[W];
+          v[k].unpack(e);
+#pragma unroll
+          for (int j = 0; j < W; ++j) {
+            const float d = e[j] - shift;
+            s1 += d;
+            s2 = fmaf(d, d, s2);
+          }
+        }
+      }
+      s1 = kernels::block_sum(s1, shared[0]);
+      s2 = kernels::block_sum(s2, shared[1]);
+      if (threadIdx.x == 0) {
+        __stcg(reinterpret_cast<float2*>(partial) + tile, make_float2(s1, s2));
+        pending = static_cast<int>(grp);
+      }
+    } else {
+      if (threadIdx.x == 0) {  // the loads above are in flight meanwhile
+        while (load_acquire(counters + grp) < static_cast<int>(tpg)) __nanosleep(128);
+      }
+      __syncthreads();  // the group's partials are published
+      // The group's statistics: its partials in fp64, in one fixed order (every tile of the
+      // group computes the same mean and rstd).
+      const float2* mine = reinterpret_cast<const float2*>(partial) + grp * tpg;
+      double a = 0.0, b = 0.0;
+      for (uint32_t j = threadIdx.x; j < tpg; j += kStreamThreads) {
+        const float2 q = __ldcg(mine + j);
+        a += q.x;
+        b += q.y;
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+        b += __shfl_xor_sync(0xffffffffu, b, o);
+      }
+      if (lane == 0) {
+        shared64[0][warp] = a;
+        shared64[1][warp] = b;
+      }
+      __syncthreads();
+      a = 0.0;
+      b = 0.0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        a += shared64[0][w];
+        b += shared64[1][w];
+      }
+      const double m = a * p.inv_count;
+      const double var = fmax(b * p.inv_count - m * m, 0.0);
+      const float mean = shift + static_cast<float>(m);
+      const float rstd = rsqrtf(static_cast<float>(var) + p.eps);
+      const int c0 = static_cast<int>(g) * p.channels_per_group;
+      T* go = out + base;
+#pragma unroll
+      for (int k = 0; k < kStreamPacks; ++k) {
+        const uint32_t u = begin + threadIdx.x + k * kStreamThreads;
+        if (u < p.units) {
+          uint32_t col;
+          const int64_t off = unit_offset<W>(p, u, col);
+          float e[W], wv[W], c[W];
+          if constexpr (kChannelsLast) {
+            kernels::Pack<WT, W> wp, bp;
+            wp.load_cached(weight + c0 + col * W);
+            bp.load_cached(bias + c0 + col * W);
+            wp.unpack(wv);
+            bp.unpack(c);
+          } else {
+            const int ch = c0 + static_cast<int>(p.per_channel.div(u));
+            const float wc = kernels::to_float(weight[ch]), bc = kernels::to_float(bias[ch]);
+#pragma unroll
+            for (int j = 0; j < W; ++j) {
+              wv[j] = wc;
+              c[j] = bc;
+            }
+          }
+          v[k].unpack(e);
+#pragma unroll
+          for (int j = 0; j < W; ++j) {
+            e[j] = kernels::math::silu(fmaf((e[j] - mean) * rstd, wv[j], c[j]));
+          }
+          v[k].pack(e);
+          v[k].store_stream(go + off);
+        }
+      }
+    }
+    if (threadIdx.x == 0) tickets[parity] = next;
+    __syncthreads();  // the next ticket; shared sums free again
+    ticket = static_cast<uint32_t>(tickets[parity]);
+  }
+  if (threadIdx.x == 0 && pending >= 0) red_release(counters + pending, 1);
+}
+
+// Resident CTAs of one streamed kernel per SM (cached per instantiation and device); the grid
+// only needs to fill the GPU, not to be co-resident (tickets keep it deadlock-free).
+template <typename T, typename WT, bool kPacked, bool kChannelsLast>
+inline int stream_ctas_per_sm(int device) {
+  static int cached[64] = {0};
+  if (device >= 0 && device < 64 && cached[device]) return cached[device];
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, group_norm_silu_stream<T, WT, kPacked, kChannelsLast>, kStreamThreads, 0) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    per_sm = 0;
+  }
+  per_sm = std::max(per_sm, 1);
+  if (device >= 0 && device < 64) cached[device] = per_sm;
+  return per_sm;
+}
+
 template <typename T, typename WT>
 void run(T* out, const T* x, const WT* weight, const WT* bias, float* partial,
-         int64_t workspace_floats, int* arrived, int64_t batch, int64_t channels, int64_t spatial,
-         int64_t groups, int64_t max_splits, bool channels_last, float eps,
-         const kernels::Launch& ctx) {
+         int64_t workspace_floats, int* arrived, int64_t arrived_count, int64_t batch,
+         int64_t channels, int64_t spatial, int64_t groups, int64_t max_splits,
+         int64_t stream_min_bytes, bool channels_last, float eps, const kernels::Launch& ctx) {
   constexpr int P = kernels::Pack<T>::size;
   const int64_t cpg = channels / groups;
   const int64_t elems = cpg * spatial;
@@ -402,6 +664,39 @@ void run(T* out, const T* x, const WT* weight, const WT* bias, float* partial,
   p.channels_per_group = static_cast<int>(cpg);
   p.inv_count = 1.0 / static_cast<double>(elems);
   p.eps = eps;
+  // The streamed kernel for x of at least stream_min_bytes (x larger than L2).
+  const int64_t stream_tiles_per_group = (units + kStreamTile - 1) / kStreamTile;
+  const int64_t stream_tiles = ng * stream_tiles_per_group;
+  const int64_t x_bytes = ng * elems * static_cast<int64_t>(sizeof(T));
+  if (arrived != nullptr && stream_min_bytes >= 0 && x_bytes >= stream_min_bytes &&
+      arrived_count >= ng + 1 && 2 * stream_tiles <= workspace_floats &&
+      kernels::is_aligned(partial, sizeof(float2))) {
+    const int per_sm =
+        packed ? (channels_last ? stream_ctas_per_sm<T, WT, true, true>(ctx.device)
+                                : stream_ctas_per_sm<T, WT, true, false>(ctx.device))
+               : (channels_last ? stream_ctas_per_sm<T, WT, false, true>(ctx.device)
+                                : stream_ctas_per_sm<T, WT, false, false>(ctx.device));
+    const int64_t grid =
+        std::min<int64_t>(int64_t{per_sm} * kernels::sm_count(ctx.device), 2 * stream_tiles);
+    if (2 * stream_tiles + grid < (int64_t{1} << 31)) {
+      // The lag: one group (a norm item's whole group must be ticketed before it: deadlock
+      // freedom) plus a share of the items in flight, so that a norm item rarely waits.
+      const int64_t lag =
+          std::min(stream_tiles, stream_tiles_per_group + (kStreamLagEighths * grid) / 8);
+      Stream st;
+      st.tiles_per_group = FastDivmod(static_cast<uint32_t>(stream_tiles_per_group));
+      st.tiles = static_cast<uint32_t>(stream_tiles);
+      st.lag = static_cast<uint32_t>(lag);
+      st.groups = static_cast<uint32_t>(ng);
+      auto stream = packed ? (channels_last ? group_norm_silu_stream<T, WT, true, true>
+                                            : group_norm_silu_stream<T, WT, true, false>)
+                           : (channels_last ? group_norm_silu_stream<T, WT, false, true>
+                                            : group_norm_silu_stream<T, WT, false, false>);
+      kernels::launch(ctx, stream, static_cast<unsigned>(grid), kStreamThreads, out, x, weight,
+                      bias, partial, arrived, p, st);
+      return;
+    }
+  }
   // The one-read kernel where every tile of a group can be resident at once.
   auto fused = packed ? (channels_last ? group_norm_silu_fused<T, WT, true, true>
                                        : group_norm_silu_fused<T, WT, true, false>)
@@ -444,13 +739,16 @@ void run(T* out, const T* x, const WT* weight, const WT* bias, float* partial,
 
 // out, x: contiguous [N, C, *spatial] (or [N, *spatial, C] with channels_last), one dtype.
 // weight, bias: [C], one dtype, x's or float32. workspace: contiguous float32 (the partial sums;
-// no zeroing needed): the one-read kernel needs 2 per tile (see group_norm_silu_tiles), the
-// two-kernel path N * G * 2 * max_splits. arrived: int32 [N * G], zeroed (the one-read kernel's
-// arrival counters); an empty tensor selects the two-kernel path.
+// no zeroing needed): the one-read and streamed kernels need 2 per tile of 2048 units, the
+// two-kernel path N * G * 2 * max_splits. arrived: int32,
+// zeroed: [N * G] (the one-read kernel's arrival counters), [N * G + 1] for the streamed kernel
+// (arrivals, then its ticket counter); an empty tensor selects the two-kernel path.
+// stream_min_bytes: the streamed kernel for x of at least this many bytes (negative: never).
 inline void group_norm_silu(tvm::ffi::TensorView out, tvm::ffi::TensorView x, int64_t num_groups,
                             tvm::ffi::TensorView weight, tvm::ffi::TensorView bias, double eps,
                             bool channels_last, tvm::ffi::TensorView workspace,
-                            tvm::ffi::TensorView arrived, int64_t max_splits) {
+                            tvm::ffi::TensorView arrived, int64_t max_splits,
+                            int64_t stream_min_bytes) {
   namespace detail = group_norm_silu_detail;
   constexpr const char* kOp = "diffusion.group_norm_silu";
   // 1. Validate.
@@ -507,17 +805,20 @@ inline void group_norm_silu(tvm::ffi::TensorView out, tvm::ffi::TensorView x, in
   float* partial = kernels::data<float>(workspace);
   int* counters = use_arrived ? kernels::data<int>(arrived) : nullptr;
   const int64_t floats = workspace.numel();
+  const int64_t counted = use_arrived ? arrived.numel() : 0;
   KERNELS_DISPATCH_FLOAT(x.dtype(), kOp, T, [&] {
     if (fp32_weight && !std::is_same_v<T, float>) {
       detail::run<T, float>(kernels::data<T>(out), kernels::data<const T>(x),
                             kernels::data<const float>(weight), kernels::data<const float>(bias),
-                            partial, floats, counters, batch, channels, spatial, num_groups,
-                            max_splits, channels_last, static_cast<float>(eps), ctx);
+                            partial, floats, counters, counted, batch, channels, spatial,
+                            num_groups, max_splits, stream_min_bytes, channels_last,
+                            static_cast<float>(eps), ctx);
     } else {
       detail::run<T, T>(kernels::data<T>(out), kernels::data<const T>(x),
                         kernels::data<const T>(weight), kernels::data<const T>(bias), partial,
-                        floats, counters, batch, channels, spatial, num_groups, max_splits,
-                        channels_last, static_cast<float>(eps), ctx);
+                        floats, counters, counted, batch, channels, spatial, num_groups,
+                        max_splits, stream_min_bytes, channels_last, static_cast<float>(eps),
+                        ctx);
     }
   });
 }

@@ -1,9 +1,10 @@
 """diffusion.group_norm_silu: GroupNorm followed by SiLU (VAE and UNet blocks).
 
-Backends: CUDA (groups split across CTAs when N x G under-fills the GPU: one read of x where a
-group's tiles can all be resident, register-held tiles that wait for their group's statistics;
-else two kernels, partial sums then the normalisation; contiguous NC* or channels-last x) and the
-pure-torch reference (fp32 math, rounded once).
+Backends: CUDA (groups split across CTAs when N x G under-fills the GPU: for x larger than L2 a
+streamed kernel that reads each tile for its statistics and again, from L2, a group later to
+normalise it; else one read of x where a group's tiles can all be resident, register-held tiles
+that wait for their group's statistics; else two kernels, partial sums then the normalisation;
+contiguous NC* or channels-last x) and the pure-torch reference (fp32 math, rounded once).
 """
 
 from __future__ import annotations
@@ -30,8 +31,12 @@ GROUP_NORM_SILU_CUDA = ModuleSpec(
 _group_norm_silu_kernels = CompiledFunction(GROUP_NORM_SILU_CUDA, "group_norm_silu")
 # CTAs per group at most; the C++ side takes fewer when N x G already fills the GPU.
 _MAX_SPLITS = 128
-# Units (packs or elements) per tile of the one-read kernel (kFusedTile in the source).
+# Units (packs or elements) per tile of the one-read and streamed kernels (kFusedTile and
+# kStreamTile in the source).
 _FUSED_TILE = 2048
+# x of at least this many bytes takes the streamed kernel (its second read of each tile hits L2
+# while x itself does not fit there: the H200's L2 is 50 MB). Negative: never. Tests lower it.
+_STREAM_MIN_BYTES = 32 << 20
 
 
 def _group_norm_silu_cuda(
@@ -46,14 +51,26 @@ def _group_norm_silu_cuda(
     # The per-CTA partial sums live in a workspace from torch's caching allocator (the C++
     # entry allocates nothing); every slot that is read is written first, so no zeroing. The
     # one-read kernel needs 2 floats per tile of 2048 units (at most N * G + numel / 2048 tiles)
-    # and zeroed arrival counters, one per group.
+    # and zeroed arrival counters, one per group; the streamed kernel the same and one more
+    # counter (its tickets). Zeroed per call: a memset node in CUDA graphs, so every replay
+    # starts from zero.
     groups = x.shape[0] * num_groups
     max_splits = max(1, min(_MAX_SPLITS, 4096 // max(groups, 1)))
     floats = 2 * max(groups * max_splits, groups + x.numel() // _FUSED_TILE + 1)
     workspace = torch.empty(floats, dtype=torch.float32, device=x.device)
-    arrived = torch.zeros(groups, dtype=torch.int32, device=x.device)
+    arrived = torch.zeros(groups + 1, dtype=torch.int32, device=x.device)
     _group_norm_silu_kernels(
-        out, x, num_groups, weight, bias, eps, channels_last, workspace, arrived, max_splits
+        out,
+        x,
+        num_groups,
+        weight,
+        bias,
+        eps,
+        channels_last,
+        workspace,
+        arrived,
+        max_splits,
+        _STREAM_MIN_BYTES,
     )
 
 
