@@ -162,6 +162,29 @@ def test_streamed_kernel_large_offset_mean(streamed):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("shape", "channels_last"),
+    [((2, 64, 300, 300), False), ((1, 128, 128, 512), True), ((1, 64, 8, 256, 256), False)],
+    ids=str,
+)
+def test_streamed_kernel_no_lag_margin(streamed, monkeypatch, shape, channels_last):
+    """A lag of exactly one group (no margin): norm tiles follow their group's last stats tile
+    as closely as the ticket order allows, so they wait on the arrivals (the release/acquire
+    path that the default lag rarely exercises)."""
+    from kernels_diffusion import reference
+    from kernels_diffusion.ops import group_norm_silu as mod
+
+    monkeypatch.setattr(mod, "_STREAM_LAG_EIGHTHS", 0)
+    c = shape[-1] if channels_last else shape[1]
+    x, w, b = _gpu_inputs(shape, c, torch.bfloat16, torch.bfloat16, seed=len(shape))
+    expected = reference.group_norm_silu(x, 32, w, b, 1e-5, channels_last)
+    for _ in range(3):  # the arrivals race differently each time
+        got = group_norm_silu(x, 32, w, b, channels_last=channels_last, backend="cuda")
+        assert _ran_streamed(streamed[-1])
+        assert_close(got, expected)
+
+
+@pytest.mark.gpu
 def test_streamed_threshold_edges(monkeypatch):
     """x of exactly _STREAM_MIN_BYTES takes the streamed kernel, one byte more of threshold the
     one-read kernel; a negative threshold never streams."""

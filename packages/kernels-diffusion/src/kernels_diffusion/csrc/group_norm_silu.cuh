@@ -402,7 +402,8 @@ constexpr int kStreamPacks = 8;
 constexpr int kStreamTile = kStreamThreads * kStreamPacks;  // units per tile
 // The lag beyond one group, in eighths of the grid: about half the items in flight are stats,
 // so a norm item `group + grid / 2` tiles behind finds its group's last stats item finished;
-// 5/8 leaves a margin (1 x 128 x 20 x 256 x 256 bf16: 320 + 330 tiles, 21 MB of x in L2).
+// 5/8 leaves a margin (1 x 128 x 20 x 256 x 256 bf16: 320 + 330 tiles, 21 MB of x in L2). The
+// host entry takes it as an argument (the Python default; a test sets 0: the tightest order).
 constexpr int kStreamLagEighths = 5;
 
 struct Stream {
@@ -627,7 +628,8 @@ template <typename T, typename WT>
 void run(T* out, const T* x, const WT* weight, const WT* bias, float* partial,
          int64_t workspace_floats, int* arrived, int64_t arrived_count, int64_t batch,
          int64_t channels, int64_t spatial, int64_t groups, int64_t max_splits,
-         int64_t stream_min_bytes, bool channels_last, float eps, const kernels::Launch& ctx) {
+         int64_t stream_min_bytes, int64_t stream_lag_eighths, bool channels_last, float eps,
+         const kernels::Launch& ctx) {
   constexpr int P = kernels::Pack<T>::size;
   const int64_t cpg = channels / groups;
   const int64_t elems = cpg * spatial;
@@ -682,7 +684,7 @@ void run(T* out, const T* x, const WT* weight, const WT* bias, float* partial,
       // The lag: one group (a norm item's whole group must be ticketed before it: deadlock
       // freedom) plus a share of the items in flight, so that a norm item rarely waits.
       const int64_t lag =
-          std::min(stream_tiles, stream_tiles_per_group + (kStreamLagEighths * grid) / 8);
+          std::min(stream_tiles, stream_tiles_per_group + (stream_lag_eighths * grid) / 8);
       Stream st;
       st.tiles_per_group = FastDivmod(static_cast<uint32_t>(stream_tiles_per_group));
       st.tiles = static_cast<uint32_t>(stream_tiles);
@@ -743,15 +745,18 @@ void run(T* out, const T* x, const WT* weight, const WT* bias, float* partial,
 // two-kernel path N * G * 2 * max_splits. arrived: int32,
 // zeroed: [N * G] (the one-read kernel's arrival counters), [N * G + 1] for the streamed kernel
 // (arrivals, then its ticket counter); an empty tensor selects the two-kernel path.
-// stream_min_bytes: the streamed kernel for x of at least this many bytes (negative: never).
+// stream_min_bytes: the streamed kernel for x of at least this many bytes (negative: never);
+// stream_lag_eighths: its lag beyond one group, in eighths of its grid (>= 0; kStreamLagEighths).
 inline void group_norm_silu(tvm::ffi::TensorView out, tvm::ffi::TensorView x, int64_t num_groups,
                             tvm::ffi::TensorView weight, tvm::ffi::TensorView bias, double eps,
                             bool channels_last, tvm::ffi::TensorView workspace,
                             tvm::ffi::TensorView arrived, int64_t max_splits,
-                            int64_t stream_min_bytes) {
+                            int64_t stream_min_bytes, int64_t stream_lag_eighths) {
   namespace detail = group_norm_silu_detail;
   constexpr const char* kOp = "diffusion.group_norm_silu";
   // 1. Validate.
+  TVM_FFI_CHECK(stream_lag_eighths >= 0, ValueError)
+      << kOp << ": stream_lag_eighths must be >= 0, got " << stream_lag_eighths;
   TVM_FFI_CHECK(x.ndim() >= 2, ValueError)
       << kOp << ": x must have >= 2 dims [N, C, ...], got " << kernels::shape_string(x);
   kernels::check_same_shape(kOp, "out", out, "x", x);
@@ -811,14 +816,14 @@ inline void group_norm_silu(tvm::ffi::TensorView out, tvm::ffi::TensorView x, in
       detail::run<T, float>(kernels::data<T>(out), kernels::data<const T>(x),
                             kernels::data<const float>(weight), kernels::data<const float>(bias),
                             partial, floats, counters, counted, batch, channels, spatial,
-                            num_groups, max_splits, stream_min_bytes, channels_last,
-                            static_cast<float>(eps), ctx);
+                            num_groups, max_splits, stream_min_bytes, stream_lag_eighths,
+                            channels_last, static_cast<float>(eps), ctx);
     } else {
       detail::run<T, T>(kernels::data<T>(out), kernels::data<const T>(x),
                         kernels::data<const T>(weight), kernels::data<const T>(bias), partial,
                         floats, counters, counted, batch, channels, spatial, num_groups,
-                        max_splits, stream_min_bytes, channels_last, static_cast<float>(eps),
-                        ctx);
+                        max_splits, stream_min_bytes, stream_lag_eighths, channels_last,
+                        static_cast<float>(eps), ctx);
     }
   });
 }

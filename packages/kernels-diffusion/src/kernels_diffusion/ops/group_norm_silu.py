@@ -37,6 +37,9 @@ _FUSED_TILE = 2048
 # x of at least this many bytes takes the streamed kernel (its second read of each tile hits L2
 # while x itself does not fit there: the H200's L2 is 50 MB). Negative: never. Tests lower it.
 _STREAM_MIN_BYTES = 32 << 20
+# The streamed kernel's lag beyond one group of tiles, in eighths of its grid (kStreamLagEighths
+# in the source): a norm tile then rarely waits for its group's statistics. Tests set 0.
+_STREAM_LAG_EIGHTHS = 5
 
 
 def _group_norm_silu_cuda(
@@ -71,6 +74,7 @@ def _group_norm_silu_cuda(
         arrived,
         max_splits,
         _STREAM_MIN_BYTES,
+        _STREAM_LAG_EIGHTHS,
     )
 
 
