@@ -240,6 +240,125 @@ def test_many_tokens_match_reference():
     assert_close(w, w_ref)
 
 
+def _group32_rows(case: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Rows for the 32-expert-group CUDA kernel (E = 256, 8 groups keep 4) that take its rare
+    paths: (logits [6, 256], bias [256], k)."""
+    logits = _spaced_logits(6, 256, seed=31)
+    if case == "across_zero":
+        # Most selection scores in (-1, 0), a few in (0, 1): the 8 winners straddle 0, outside
+        # the 32-bit keys' window (64 binades of one sign): the 64-bit keys route them.
+        bias = torch.full((256,), -1.0)
+        bias[::37] = 0.0
+        return logits, bias, 8
+    if case == "crowded_lane":
+        # The 6 largest logits of each row on experts 8q .. 8q + 5 (one lane's 8): a lane gives
+        # up more than its 4 keys in the rounds, so its 5th guards and the row goes 64-bit (no
+        # bias: it would reorder them).
+        bias = torch.zeros(256)
+        for row, q in zip(logits, (0, 5, 12, 19, 26, 31), strict=True):
+            top = row.topk(6).values
+            rest = row[~torch.isin(row, top)]
+            row.copy_(torch.cat([rest[: 8 * q], top, rest[8 * q :]]))
+        return logits, bias, 8
+    if case == "minus_inf_winners":
+        # Groups 0-3 all -inf, groups 4-7 two finite experts each: k = 16 takes the 8 finite
+        # ones, then 8 whose -inf bias makes -FLT_MAX (the reference's nan_to_num), above the
+        # dropped groups' -inf: ids 130.., far below the window.
+        bias = torch.full((256,), float("-inf"))
+        for g in range(4, 8):
+            bias[32 * g : 32 * g + 2] = 0.0
+        return logits, bias, 16
+    if case == "all_minus_inf":
+        # Every score -FLT_MAX, every group -inf (the sum overflows): groups 0-3 kept and
+        # experts 0..7 win, all in one lane (the window starts at -FLT_MAX's code).
+        return logits, torch.full((256,), float("-inf")), 8
+    if case == "infinite_bias":
+        # +inf on experts 3 and 200 (FLT_MAX: their groups score +inf, they win first), -inf on
+        # every 7th: a window at FLT_MAX leaves the rest out (the 64-bit keys).
+        bias = _spaced_logits(1, 256, seed=34)[0] * 0.1
+        bias[::7] = float("-inf")
+        bias[[3, 200]] = float("inf")
+        return logits, bias, 8
+    if case == "nan_and_huge":
+        # NaN logits (selection score -1e30, never chosen over a real one) on the rows' largest
+        # experts, and logits below -87.3 (the division's slow path) in every lane.
+        bias = _spaced_logits(1, 256, seed=33)[0] * 0.1
+        logits[:, ::3] = -100.0 - logits[:, ::3].abs()
+        for row in logits[:3]:
+            row[row.topk(3).indices] = float("nan")
+        return logits, bias, 8
+    raise AssertionError(case)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "case",
+    (
+        "across_zero",
+        "crowded_lane",
+        "minus_inf_winners",
+        "all_minus_inf",
+        "infinite_bias",
+        "nan_and_huge",
+    ),
+)
+def test_group32_kernel_rare_paths_match_reference(case):
+    """The 32-expert-group kernel's routes back to 64-bit keys (a window too narrow, a lane out
+    of keys), infinite biases and its slow sigmoid, against the torch reference."""
+    logits, bias, k = _group32_rows(case)
+    kwargs = {"n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5}
+    w_ref, ids_ref = gate_topk_renorm(logits, bias, k, backend="torch", **kwargs)
+    w, ids = gate_topk_renorm(logits.cuda(), bias.cuda(), k, backend="cuda", **kwargs)
+    assert_close(ids, ids_ref, name="ids")
+    assert_close(w, w_ref, name="weights")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bias_dtype", (torch.float32, torch.bfloat16, torch.float16), ids=str)
+@pytest.mark.parametrize("view", ("aligned", "offset_4_bytes", "padded_rows"), ids=str)
+def test_group32_kernel_bias_dtypes_and_row_views(bias_dtype, view):
+    """E = 256 in 8 groups: the 16-byte-load kernel on aligned rows and half biases, the
+    general kernel where a row or the bias is not 16-byte aligned (a view one element in)."""
+    wide = _spaced_logits(9, 264, seed=34)
+    logits = {
+        "aligned": wide[:, :256],
+        "offset_4_bytes": wide[:, 1:257],
+        "padded_rows": wide[:, 8:],
+    }[view]
+    bias_wide = (_spaced_logits(1, 264, seed=35)[0] * 0.1).to(bias_dtype)
+    bias = bias_wide[1:257] if view == "offset_4_bytes" else bias_wide[:256]
+    w_ref, ids_ref = _expected(logits, bias.float(), 8, 8, 4, True, 2.5, True)
+    for backend in BACKENDS["cuda"]:
+        w, ids = gate_topk_renorm(
+            logits.cuda(),
+            bias.cuda(),
+            8,
+            n_group=8,
+            topk_group=4,
+            routed_scaling_factor=2.5,
+            apply_routed_scaling_factor_on_output=True,
+            backend=backend,
+        )
+        assert_close(ids, ids_ref, name=f"{backend} ids")
+        assert_close(w, w_ref.float(), name=f"{backend} weights")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", ((256, 16, 8, 8), (256, 32, 8, 2), (64, 8, 2, 1)), ids=str)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+def test_group32_kernel_k_and_kept_groups(config, dtype):
+    """Groups of 32 with every group kept, k = 32 from 2 groups (a lane can win 8 times: the
+    64-bit route), two groups (lanes past E), 1000 tokens (250 blocks, a partial last one)."""
+    experts, k, n_group, topk_group = config
+    logits = _spaced_logits(1001, experts, seed=36).to(dtype)
+    bias = _spaced_logits(1, experts, seed=37)[0] * 0.1
+    kwargs = {"n_group": n_group, "topk_group": topk_group}
+    w_ref, ids_ref = gate_topk_renorm(logits, bias, k, backend="torch", **kwargs)
+    w, ids = gate_topk_renorm(logits.cuda(), bias.cuda(), k, backend="cuda", **kwargs)
+    assert_close(ids, ids_ref, name="ids")
+    assert_close(w, w_ref, name="weights")
+
+
 @pytest.mark.gpu
 def test_cuda_graph_compile_and_opcheck():
     from kernels_moe.ops.gate_topk_renorm import GATE_TOPK_RENORM

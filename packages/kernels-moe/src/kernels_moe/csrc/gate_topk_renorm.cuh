@@ -31,6 +31,11 @@
 // selects per compare-exchange, a shuffle and 8 moves per round, 53 registers), the winners'
 // sigmoids fetched once: 39 registers, 12 blocks per SM instead of 9. Both: 2.45 / 15.63 us
 // at T = 1 / 8192 (2026-12-04, 2.85 / 16.75 before in the same A/B run).
+//
+// Groups of 32 experts with E <= 256 (DeepSeek-V3), 16-byte-aligned rows and bias: a second
+// kernel, gate_group32_kernel below (lane = 8 consecutive experts, 32-bit keys, one warp max a
+// round, ~550 instructions a token on its main path against ~980 here: predicted ~10 us at
+// T = 8192, not yet measured). Everything else, and unaligned views, takes the kernel above.
 #pragma once
 
 #include <kernels/version.h>
@@ -43,6 +48,8 @@ KERNELS_REQUIRE_HEADERS_API(2);
 #include <kernels/pdl.cuh>
 #include <kernels/reduce.cuh>
 #include <kernels/tensor.h>
+
+#include <cfloat>
 
 #include "moe_common.cuh"
 
@@ -208,6 +215,224 @@ __global__ void __launch_bounds__(kThreads, kPer <= 8 ? 16 : 1) gate_topk_renorm
   }
 }
 
+// --- Groups of 32 experts, E = 32 * n_group <= 256 (DeepSeek-V3) ----------------------------------
+//
+// Lane l holds experts 8 pos .. 8 pos + 7 at position pos = l ^ 31 (16-byte row loads; the
+// reversed order puts the lowest experts in the highest lane, which find-leading-one names in
+// one instruction). Group g is positions 4g .. 4g + 3, an aligned block of 4 lanes: its top two
+// are each lane's (a min/max tree) merged over two xor shuffles, not two warp reductions per group.
+// The lane at position 4g + q compares groups 2q and 2q + 1 with its own (two shuffles) and the 4
+// lanes' counts add up (two more): group g is kept when fewer than topk_group groups beat it.
+//
+// Selection runs on 32-bit keys: a score's order-preserving bits relative to the largest group
+// top M (29 bits: every score within 2^29 - 2 codes below M, i.e. 64 binades of M's sign) above
+// ~slot. A round is one warp max; the lanes whose head has the same score hold it, the lowest
+// position (highest lane) wins: equal scores go to the lower expert (lower position, then lower
+// slot within the lane's sorted keys). Its (position, ~slot) is shuffled to the round's lane.
+// Only each lane's 4 best keys take part (a 4-register shift a round); the 5th stands guard.
+// The row is routed again with 64-bit (score, ~expert) keys (exact for any scores) when the k-th
+// winner has score part 0 (below the window or a dropped group's), or a lane that gave up its 4
+// keys holds a 5th as good as it.
+// Only the keys live through the rounds; lane j reloads its winner's logit (an L1 hit) for the
+// weight.
+constexpr int kSlots32 = 8;     // experts per lane
+constexpr int kWindow32 = 4;    // keys per lane in the rounds
+constexpr uint32_t kSpan32 = (1u << 29) - 2;  // codes below M kept exact (score part < 2^29)
+
+// order-preserving bits in two instructions (moe_common::ordered_bits compiles to three).
+__device__ __forceinline__ uint32_t ordered_bits2(float x) {
+  const uint32_t u = __float_as_uint(x);
+  return u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
+}
+
+// Eight consecutive elements (16-byte aligned) as fp32, in 16-byte loads.
+template <typename T>
+__device__ __forceinline__ void load8(const T* src, float (&out)[kSlots32]) {
+  constexpr int kVec = 16 / sizeof(T);
+#pragma unroll
+  for (int c = 0; c < kSlots32 / kVec; ++c) {
+    const uint4 v = *reinterpret_cast<const uint4*>(src + c * kVec);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      if constexpr (sizeof(T) == 4) {
+        out[c * kVec + j] = __uint_as_float(w[j]);
+      } else {
+        const uint16_t h = static_cast<uint16_t>(w[j / 2] >> (16 * (j % 2)));
+        T t;
+        memcpy(&t, &h, 2);
+        out[c * kVec + j] = kernels::to_float(t);
+      }
+    }
+  }
+}
+
+// The selection scores sb of the 8 experts at position `pos` (s = sigmoid(logit), sb = s + bias,
+// NaN -> -1e30); 0.5 where !active (the caller masks them). `trigger`: let the next kernel start
+// (PDL) once the rows are requested.
+template <typename T>
+__device__ __forceinline__ void group32_scores(const Params& p, int64_t token, int pos,
+                                               bool active, bool trigger,
+                                               float (&sb)[kSlots32]) {
+  float b[kSlots32];
+#pragma unroll
+  for (int i = 0; i < kSlots32; ++i) sb[i] = b[i] = 0.0f;
+  if (active) {
+    load8(static_cast<const T*>(p.logits) + token * p.l_s0 + pos * kSlots32, sb);
+    if (p.bias) {
+      if (p.bias_code == moe_common::kF32)
+        load8(static_cast<const float*>(p.bias) + pos * kSlots32, b);
+      else if (p.bias_code == moe_common::kF16)
+        load8(static_cast<const __half*>(p.bias) + pos * kSlots32, b);
+      else
+        load8(static_cast<const __nv_bfloat16*>(p.bias) + pos * kSlots32, b);
+    }
+  }
+  if (trigger) kernels::pdl_launch_dependents();
+  // s = 1 / (1 + exp(-l)) without the division's range check per slot (exact for l > -87.3;
+  // a lane holding a lower logit or NaN divides plainly).
+  bool huge = false;
+#pragma unroll
+  for (int i = 0; i < kSlots32; ++i) {
+    sb[i] = 1.0f + expf(-sb[i]);
+    huge |= !(sb[i] < 0x1p126f);
+  }
+  if (!huge) {
+#pragma unroll
+    for (int i = 0; i < kSlots32; ++i) sb[i] = moe_common::rcp_rn_fast(sb[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kSlots32; ++i) sb[i] = 1.0f / sb[i];
+  }
+  // As the reference's nan_to_num: NaN -> -1e30, +-inf -> +-FLT_MAX (an infinite bias), so a
+  // kept expert always ranks above the dropped groups' -inf. One compare a slot; the rare lane
+  // maps.
+  bool special = false;
+#pragma unroll
+  for (int i = 0; i < kSlots32; ++i) {
+    sb[i] += b[i];  // + 0 without a bias: s unchanged (s >= 0)
+    special |= !(fabsf(sb[i]) <= FLT_MAX);
+  }
+  if (special) {
+#pragma unroll
+    for (int i = 0; i < kSlots32; ++i)
+      sb[i] = isnan(sb[i]) ? kNanScore : fminf(fmaxf(sb[i], -FLT_MAX), FLT_MAX);
+  }
+}
+
+// The top two of a set of scores (duplicates count): (a1 >= a2) merged with (b1 >= b2).
+__device__ __forceinline__ void merge_top2(float& a1, float& a2, float b1, float b2) {
+  const float second = fmaxf(fminf(a1, b1), fmaxf(a2, b2));
+  a1 = fmaxf(a1, b1);
+  a2 = second;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 16) gate_group32_kernel(bool pdl, Params p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (pdl) kernels::pdl_wait();
+  if (token >= p.tokens) return;  // the whole warp leaves together
+  const int pos = lane ^ 31;
+  const int group = pos >> 2;
+  const bool active = group < p.n_group;
+  float sb[kSlots32];
+  group32_scores<T>(p, token, pos, active, pdl, sb);
+
+  // 1. Group scores: the lane's top two (pairs, then a merge tree), then its group's 4 lanes'.
+  float t1[4], t2[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    t1[i] = fmaxf(sb[2 * i], sb[2 * i + 1]);
+    t2[i] = fminf(sb[2 * i], sb[2 * i + 1]);
+  }
+  merge_top2(t1[0], t2[0], t1[1], t2[1]);
+  merge_top2(t1[2], t2[2], t1[3], t2[3]);
+  merge_top2(t1[0], t2[0], t1[2], t2[2]);
+  float top1 = t1[0], top2 = t2[0];
+#pragma unroll
+  for (int offset = 1; offset <= 2; offset <<= 1) {
+    const float o1 = __shfl_xor_sync(0xffffffffu, top1, offset);
+    const float o2 = __shfl_xor_sync(0xffffffffu, top2, offset);
+    merge_top2(top1, top2, o1, o2);
+  }
+  // The keys' window: the largest group top M (beside the ranking, not after it). Codes >= low
+  // get score parts 1 .. 2^29 - 1.
+  const uint32_t peak = moe_common::warp_max_u32(ordered_bits2(active ? top1 : -INFINITY));
+  const uint32_t low = peak > kSpan32 ? peak - kSpan32 : 1u;
+
+  // 2. Kept groups: group g against groups 2q and 2q + 1 (q = pos & 3; group h's first lane is
+  // position 4h), ties to the lower group.
+  const float gscore = top1 + top2;
+  const uint32_t mine = ordered_bits2(isnan(gscore) ? kNanScore : gscore);
+  int beaten_by = 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int other_group = 2 * (pos & 3) + h;
+    const uint32_t other = __shfl_sync(0xffffffffu, mine, (4 * other_group) ^ 31);
+    beaten_by += other_group < p.n_group &&
+                 (other > mine || (other == mine && other_group < group));
+  }
+  beaten_by += __shfl_xor_sync(0xffffffffu, beaten_by, 1);
+  beaten_by += __shfl_xor_sync(0xffffffffu, beaten_by, 2);
+  const bool kept = active && beaten_by < p.topk_group;
+
+  // 3. Keys (code - low + 1) << 3 | ~slot for codes >= low in kept groups, else ~slot; sorted.
+  const uint32_t floor = kept ? low - 1 : 0xffffffffu;
+  uint32_t key[kSlots32];
+#pragma unroll
+  for (int i = 0; i < kSlots32; ++i)
+    key[i] = ((max(ordered_bits2(sb[i]), floor) - floor) << 3) |
+             static_cast<uint32_t>(kSlots32 - 1 - i);
+  moe_common::sort_desc<kSlots32>(key);
+  const uint32_t guard = key[kWindow32];
+
+  // 4. k rounds over the heads: lane j gets its winner's (position << 3 | ~slot).
+  const uint32_t tag = static_cast<uint32_t>(pos) << 3;
+  uint32_t best = 0, mine_id = 0;
+  for (int j = 0; j < p.k; ++j) {
+    best = moe_common::warp_max_u32(key[0]);
+    // Same score part as the best (its slot bits are <= 7; compared with best as it came).
+    const uint32_t holders = __ballot_sync(0xffffffffu, (key[0] | 7u) >= best);
+    const int src = 31 - __clz(holders);  // the lowest position holding the round's score
+    const uint32_t id = __shfl_sync(0xffffffffu, tag | (key[0] & 7u), src);
+    mine_id = lane == j ? id : mine_id;
+    const bool won = src == lane;
+#pragma unroll
+    for (int i = 0; i + 1 < kWindow32; ++i) key[i] = won ? key[i + 1] : key[i];
+    key[kWindow32 - 1] = won ? 0u : key[kWindow32 - 1];
+  }
+  int expert = static_cast<int>(mine_id ^ 7u);  // 8 pos + slot
+  // A lane whose 4 keys all won has head 0 (a lane still holding a key 0 has guard 0 too).
+  const bool short_window =
+      __any_sync(0xffffffffu, key[0] == 0u && guard >= (best & ~7u));
+  if ((best >> 3) == 0 || short_window) {
+    group32_scores<T>(p, token, pos, active, false, sb);
+    unsigned long long wide[kSlots32];
+#pragma unroll
+    for (int i = 0; i < kSlots32; ++i)
+      wide[i] = active ? moe_common::score_key(kept ? sb[i] : -INFINITY, pos * kSlots32 + i)
+                       : 0ull;
+    expert = moe_common::key_expert(moe_common::warp_topk<kSlots32>(wide, p.k, lane));
+  }
+
+  // 5. Lane j's weight: its winner's sigmoid from the logit again (as in group32_scores), 0 in
+  // lanes >= k.
+  float weight = 0.0f;
+  if (lane < p.k) {
+    const float d =
+        1.0f + expf(-kernels::to_float(static_cast<const T*>(p.logits)[token * p.l_s0 + expert]));
+    weight = d < 0x1p126f ? moe_common::rcp_rn_fast(d) : 1.0f / d;
+  }
+  const float sum = kernels::warp_sum(weight);
+  if (lane < p.k) {
+    if (p.renormalize && sum != 0.0f) weight = weight / sum;
+    weight *= p.scale;
+    p.weights[token * p.w_s0 + lane * p.w_s1] = weight;
+    p.ids[token * p.i_s0 + lane * p.i_s1] = expert;
+  }
+}
+
 template <typename T, bool kGroup32>
 void launch_groups(const kernels::Launch& ctx, const Params& p) {
   const unsigned grid = kernels::ceil_div(p.tokens, kWarps);
@@ -227,8 +452,10 @@ void launch_groups(const kernels::Launch& ctx, const Params& p) {
 }
 
 template <typename T>
-void launch(const kernels::Launch& ctx, const Params& p) {
-  if (p.n_group > 1 && p.group_size == 32)
+void launch(const kernels::Launch& ctx, const Params& p, bool rows_aligned) {
+  if (p.n_group > 1 && p.group_size == 32 && p.n_group <= 8 && rows_aligned)
+    kernels::launch(ctx, gate_group32_kernel<T>, kernels::ceil_div(p.tokens, kWarps), kThreads, p);
+  else if (p.n_group > 1 && p.group_size == 32)
     launch_groups<T, true>(ctx, p);
   else
     launch_groups<T, false>(ctx, p);
@@ -310,5 +537,10 @@ inline void gate_topk_renorm(tvm::ffi::TensorView weights, tvm::ffi::TensorView 
   p.scale = apply_routed_scaling_factor_on_output ? static_cast<float>(routed_scaling_factor)
                                                   : 1.0f;
   p.renormalize = renormalize;
-  KERNELS_DISPATCH_FLOAT(logits.dtype(), kOp, T, [&] { detail::launch<T>(ctx, p); });
+  // The 32-expert-group kernel reads rows and the bias in 16-byte loads.
+  const int64_t elem = (logits.dtype().bits + 7) / 8;
+  const bool rows_aligned =
+      reinterpret_cast<uintptr_t>(p.logits) % 16 == 0 && (p.l_s0 * elem) % 16 == 0 &&
+      (p.bias == nullptr || reinterpret_cast<uintptr_t>(p.bias) % 16 == 0);
+  KERNELS_DISPATCH_FLOAT(logits.dtype(), kOp, T, [&] { detail::launch<T>(ctx, p, rows_aligned); });
 }
