@@ -348,7 +348,7 @@ def test_group32_kernel_bias_dtypes_and_row_views(bias_dtype, view):
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
 def test_group32_kernel_k_and_kept_groups(config, dtype):
     """Groups of 32 with every group kept, k = 32 from 2 groups (a lane can win 8 times: the
-    64-bit route), two groups (lanes past E), 1000 tokens (250 blocks, a partial last one)."""
+    64-bit route), two groups (lanes past E), 1001 tokens (the last of 251 blocks holds one)."""
     experts, k, n_group, topk_group = config
     logits = _spaced_logits(1001, experts, seed=36).to(dtype)
     bias = _spaced_logits(1, experts, seed=37)[0] * 0.1
