@@ -173,3 +173,24 @@ def test_cuda_graph_capture():
     graph.replay()
     torch.cuda.synchronize()
     assert_close(out, reference.moe_sum_reduce(x, 2.5))
+
+
+# x of at least 8 MiB takes plain loads and stores (kPlainMinBytes in moe_sum_reduce.cuh), less
+# the evict-first ones: both policies, every compiled k (1, 2, 4, 8, 9) and a runtime one (3, 12),
+# bitwise against the reference (fp32 products and sums in j order, one rounding).
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", (1, 2, 3, 4, 8, 9, 12))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("plain", (False, True), ids=("stream", "plain"))
+@pytest.mark.parametrize("weighted", (False, True))
+def test_cache_policies_exact(k, dtype, plain, weighted):
+    hidden = 2048
+    row_bytes = k * hidden * dtype.itemsize
+    threshold = 8 << 20
+    tokens = threshold // row_bytes + 3 if plain else max(1, threshold // row_bytes - 3)
+    assert (tokens * row_bytes >= threshold) == plain
+    x = randn(tokens, k, hidden, dtype=dtype, seed=k, device="cuda")
+    w = torch.rand(tokens, k, device="cuda") if weighted else None
+    out = poison(torch.empty(tokens, hidden, dtype=dtype, device="cuda"))
+    moe_sum_reduce(x, routed_scaling_factor=2.5, topk_weights=w, out=out, backend="cuda")
+    assert torch.equal(out, reference.moe_sum_reduce(x, 2.5, w))

@@ -7,6 +7,13 @@
 // batches of 8), then reduces and stores one pack. Blocks of 256 threads over the flat
 // (token, pack) index, 64-bit offsets. Scalars (one element per thread) when H, the strides or
 // the pointers do not allow 16-byte packs. PDL for small grids (decode).
+//
+// Cache policy: plain loads and stores (LDG.E.128 / STG.E.128) once x is at least
+// kPlainMinBytes, evict-first (ld.global.cs / st.global.cs) below. The peers at ~102% of copy
+// (sglang-kernel: __ldg and plain stores; Inductor: plain tl.load) use no evict-first hint; in
+// the row engine the same switch took rmsnorm to 0.956-0.974 of its time at 8192-32768 rows
+// while costing 1.09-1.14 at 64 rows (docs/benchmarks/README.md, 2026-12-03), hence the
+// threshold (T = 8192 here reads 64-580 MB of x, T = 1 at most 129 KB).
 #pragma once
 
 #include <kernels/version.h>
@@ -26,6 +33,8 @@ namespace moe_sum_reduce_detail {
 
 constexpr int kThreads = 256;
 constexpr int kBatch = 8;  // loads in flight per thread for a runtime k
+// x of at least this many bytes streams with plain accesses (kernels::Cache::kPlain).
+constexpr int64_t kPlainMinBytes = int64_t{8} << 20;
 
 struct Params {
   const void* x;
@@ -40,7 +49,48 @@ struct Params {
   float scale;
 };
 
-template <typename T, int kW, int kK>
+// 16 bytes with a plain (weak, default-policy) access: LDG.E.128 / STG.E.128, what Inductor's
+// tl.load / tl.store give. In this kernel Pack::load's and store's uint4 dereferences came out as
+// two LDG.E.64 and four STG.E, and __ldca / __stwb as LDG.E.128.STRONG.SM.
+__device__ __forceinline__ uint4 load_plain(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void store_plain(uint4* p, const uint4& v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+
+// A pack of x / out with the policy's access: evict-first (Pack::load_stream / store_stream)
+// or plain. Scalars are plain either way.
+template <kernels::Cache kCache, typename T, int kW>
+__device__ __forceinline__ void load_pack(kernels::Pack<T, kW>& r, const T* p) {
+  if constexpr (kW == 1 || kCache == kernels::Cache::kStream) {
+    r.load_stream(p);
+  } else {
+#pragma unroll
+    for (int a = 0; a < kernels::Pack<T, kW>::kAccesses; ++a)
+      r.set(a, load_plain(reinterpret_cast<const uint4*>(p) + a));
+  }
+}
+
+template <kernels::Cache kCache, typename T, int kW>
+__device__ __forceinline__ void store_pack(const kernels::Pack<T, kW>& o, T* p) {
+  if constexpr (kW == 1 || kCache == kernels::Cache::kStream) {
+    o.store_stream(p);
+  } else {
+#pragma unroll
+    for (int a = 0; a < kernels::Pack<T, kW>::kAccesses; ++a)
+      store_plain(reinterpret_cast<uint4*>(p) + a, o.get(a));
+  }
+}
+
+template <typename T, int kW, int kK, kernels::Cache kCache>
 __global__ void __launch_bounds__(kThreads) sum_kernel(bool pdl, Params p) {
   using Raw = kernels::Pack<T, kW>;
   if (pdl) kernels::pdl_wait();
@@ -70,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) sum_kernel(bool pdl, Params p) {
   if constexpr (kK > 0) {
     Raw r[kK];
 #pragma unroll
-    for (int j = 0; j < kK; ++j) r[j].load_stream(x + j * p.x_s1);
+    for (int j = 0; j < kK; ++j) load_pack<kCache>(r[j], x + j * p.x_s1);
     float wv[kK];
     if (w) moe_common::load_floats<kK>(wv, w, p.w_code, p.w_s1, kK);
 #pragma unroll
@@ -81,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) sum_kernel(bool pdl, Params p) {
       Raw r[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u)
-        if (u < n) r[u].load_stream(x + (j0 + u) * p.x_s1);
+        if (u < n) load_pack<kCache>(r[u], x + (j0 + u) * p.x_s1);
       float wv[kBatch];
       if (w)
         moe_common::load_floats<kBatch>(
@@ -96,19 +146,19 @@ __global__ void __launch_bounds__(kThreads) sum_kernel(bool pdl, Params p) {
   for (int e = 0; e < kW; ++e) acc[e] *= p.scale;
   Raw o;
   o.pack(acc);
-  o.store_stream(static_cast<T*>(p.out) + t * p.out_s0 + c * kW);
+  store_pack<kCache>(o, static_cast<T*>(p.out) + t * p.out_s0 + c * kW);
 }
 
-template <typename T, int kW>
+template <typename T, int kW, kernels::Cache kCache>
 void launch(const kernels::Launch& ctx, const Params& p) {
   const unsigned grid = kernels::ceil_div(p.work, kThreads);
   switch (p.k) {
-    case 1: kernels::launch(ctx, sum_kernel<T, kW, 1>, grid, kThreads, p); break;
-    case 2: kernels::launch(ctx, sum_kernel<T, kW, 2>, grid, kThreads, p); break;
-    case 4: kernels::launch(ctx, sum_kernel<T, kW, 4>, grid, kThreads, p); break;
-    case 8: kernels::launch(ctx, sum_kernel<T, kW, 8>, grid, kThreads, p); break;
-    case 9: kernels::launch(ctx, sum_kernel<T, kW, 9>, grid, kThreads, p); break;
-    default: kernels::launch(ctx, sum_kernel<T, kW, 0>, grid, kThreads, p); break;
+    case 1: kernels::launch(ctx, sum_kernel<T, kW, 1, kCache>, grid, kThreads, p); break;
+    case 2: kernels::launch(ctx, sum_kernel<T, kW, 2, kCache>, grid, kThreads, p); break;
+    case 4: kernels::launch(ctx, sum_kernel<T, kW, 4, kCache>, grid, kThreads, p); break;
+    case 8: kernels::launch(ctx, sum_kernel<T, kW, 8, kCache>, grid, kThreads, p); break;
+    case 9: kernels::launch(ctx, sum_kernel<T, kW, 9, kCache>, grid, kThreads, p); break;
+    default: kernels::launch(ctx, sum_kernel<T, kW, 0, kCache>, grid, kThreads, p); break;
   }
 }
 
@@ -168,9 +218,14 @@ inline void moe_sum_reduce(tvm::ffi::TensorView out, tvm::ffi::TensorView x,
                                               kernels::RowMap{p.out_s0, 0}});
     p.columns = packed ? hidden / kW : hidden;
     p.work = tokens * p.columns;
-    if (packed)
-      detail::launch<T, kW>(ctx, p);
+    // The scalar path's loads and stores are plain whatever the policy: one instantiation.
+    const bool plain = tokens * k * hidden * static_cast<int64_t>(sizeof(T)) >=
+                       detail::kPlainMinBytes;
+    if (!packed)
+      detail::launch<T, 1, kernels::Cache::kPlain>(ctx, p);
+    else if (plain)
+      detail::launch<T, kW, kernels::Cache::kPlain>(ctx, p);
     else
-      detail::launch<T, 1>(ctx, p);
+      detail::launch<T, kW, kernels::Cache::kStream>(ctx, p);
   });
 }
