@@ -194,3 +194,22 @@ def test_cache_policies_exact(k, dtype, plain, weighted):
     out = poison(torch.empty(tokens, hidden, dtype=dtype, device="cuda"))
     moe_sum_reduce(x, routed_scaling_factor=2.5, topk_weights=w, out=out, backend="cuda")
     assert torch.equal(out, reference.moe_sum_reduce(x, 2.5, w))
+
+
+# The kernel's flat index is 32-bit (FastDivmod): a launch covers fewer than 2^31 (token,
+# column) items, larger inputs run in token chunks with x, out and the weights offset. Odd H
+# (the scalar path, one item per element) reaches 2^31 items at 8.6 GB of x; the rows about the
+# chunk boundary and the last ones are checked bitwise against the reference.
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_token_chunks_past_2_31_items():
+    k, hidden = 2, 4095
+    chunk = (2**31 - 1) // hidden  # tokens per launch (kernels::for_row_chunks)
+    tokens = chunk + 5
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(tokens, k, hidden, generator=g, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(tokens, k, generator=g, device="cuda")
+    out = moe_sum_reduce(x, topk_weights=w, routed_scaling_factor=2.5, backend="cuda")
+    for rows in (slice(0, 3), slice(chunk - 3, chunk + 3), slice(tokens - 3, tokens)):
+        expected = reference.moe_sum_reduce(x[rows], 2.5, w[rows])
+        assert torch.equal(out[rows], expected), rows

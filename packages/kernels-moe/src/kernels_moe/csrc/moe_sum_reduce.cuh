@@ -5,8 +5,11 @@
 // One thread per (token, 16-byte column pack): it issues the k loads of its column (k known at
 // compile time for 1, 2, 4, 8 and 9: all k loads in flight before the first add; other k in
 // batches of 8), then reduces and stores one pack. Blocks of 256 threads over the flat
-// (token, pack) index, 64-bit offsets. Scalars (one element per thread) when H, the strides or
-// the pointers do not allow 16-byte packs. PDL for small grids (decode).
+// (token, pack) index: 32-bit, split by kernels::FastDivmod (IMAD.HI, add, shift: the 64-bit
+// divide of the index put ~25 instructions and an I2F / MUFU.RCP / F2I chain ahead of every
+// thread's loads), in launches of fewer than 2^31 items (token chunks); 64-bit offsets.
+// Scalars (one element per thread) when H, the strides or the pointers do not allow 16-byte
+// packs. PDL for small grids (decode).
 //
 // Cache policy: plain loads and stores (LDG.E.128 / STG.E.128) once x is at least
 // kPlainMinBytes, evict-first (ld.global.cs / st.global.cs) below. The peers at ~102% of copy
@@ -41,8 +44,8 @@ struct Params {
   void* out;
   const void* w;  // [T, k] weights or null
   int64_t x_s0, x_s1, out_s0, w_s0, w_s1;  // strides in elements
-  int64_t work;                            // tokens * columns
-  int64_t columns;                         // packs (or elements) per row
+  uint32_t work;                           // tokens * columns (< 2^31)
+  kernels::FastDivmod columns;             // packs (or elements) per row
   int k;
   int w_code;
   int w_bytes;  // bytes per weight
@@ -94,10 +97,11 @@ template <typename T, int kW, int kK, kernels::Cache kCache>
 __global__ void __launch_bounds__(kThreads) sum_kernel(bool pdl, Params p) {
   using Raw = kernels::Pack<T, kW>;
   if (pdl) kernels::pdl_wait();
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const uint32_t item = blockIdx.x * kThreads + threadIdx.x;
   if (item >= p.work) return;
-  const int64_t t = item / p.columns;
-  const int64_t c = item - t * p.columns;
+  uint32_t t32, c32;
+  p.columns.divmod(item, t32, c32);
+  const int64_t t = t32, c = c32;
   const T* x = static_cast<const T*>(p.x) + t * p.x_s0 + c * kW;
   const int k = kK > 0 ? kK : p.k;
   float acc[kW];
@@ -184,6 +188,7 @@ inline void moe_sum_reduce(tvm::ffi::TensorView out, tvm::ffi::TensorView x,
   kernels::check_last_dim_contiguous(kOp, "x", x);
   kernels::check_last_dim_contiguous(kOp, "out", out);
   TVM_FFI_CHECK(k < (int64_t{1} << 31), ValueError) << kOp << ": k too large";
+  TVM_FFI_CHECK(hidden < (int64_t{1} << 31), ValueError) << kOp << ": hidden size too large";
   detail::Params p{};
   const bool weighted = topk_weights.has_value();
   if (weighted) {
@@ -216,16 +221,23 @@ inline void moe_sum_reduce(tvm::ffi::TensorView out, tvm::ffi::TensorView x,
     const bool packed = kernels::vectors_fit(hidden, kW, {p.x, p.out},
                                              {kernels::RowMap{p.x_s0, p.x_s1},
                                               kernels::RowMap{p.out_s0, 0}});
-    p.columns = packed ? hidden / kW : hidden;
-    p.work = tokens * p.columns;
+    const int64_t columns = packed ? hidden / kW : hidden;
+    p.columns = kernels::FastDivmod(static_cast<uint32_t>(columns));
     // The scalar path's loads and stores are plain whatever the policy: one instantiation.
     const bool plain = tokens * k * hidden * static_cast<int64_t>(sizeof(T)) >=
                        detail::kPlainMinBytes;
-    if (!packed)
-      detail::launch<T, 1, kernels::Cache::kPlain>(ctx, p);
-    else if (plain)
-      detail::launch<T, kW, kernels::Cache::kPlain>(ctx, p);
-    else
-      detail::launch<T, kW, kernels::Cache::kStream>(ctx, p);
+    kernels::for_row_chunks(tokens, columns, [&](int64_t t0, int64_t n) {
+      detail::Params c = p;
+      c.x = static_cast<const T*>(p.x) + t0 * p.x_s0;
+      c.out = static_cast<T*>(p.out) + t0 * p.out_s0;
+      if (p.w) c.w = static_cast<const char*>(p.w) + t0 * p.w_s0 * p.w_bytes;
+      c.work = static_cast<uint32_t>(n * columns);
+      if (!packed)
+        detail::launch<T, 1, kernels::Cache::kPlain>(ctx, c);
+      else if (plain)
+        detail::launch<T, kW, kernels::Cache::kPlain>(ctx, c);
+      else
+        detail::launch<T, kW, kernels::Cache::kStream>(ctx, c);
+    });
   });
 }
