@@ -251,6 +251,181 @@ def test_winners_around_the_narrow_key_range(device, experts, offset):
             assert_close(w, w_ref.float(), name=f"{backend} weights")
 
 
+# --- Few experts: the CUDA kernel's thread-per-token path (E <= CUDA_THREAD_MAX_EXPERTS) ---------
+# E 1..16 take it (slots padded to 4, 8 or 16: E = 4, 8, 16 fill them, odd E leave a partial
+# 16-byte chunk for the element loads); 17 and 32 are the warp kernel just past it. T = 130 is
+# three blocks of 64 threads, the last one partial.
+FEW_EXPERTS = (*range(1, 17), 17, 32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16), ids=str)
+@pytest.mark.parametrize("experts", FEW_EXPERTS, ids=lambda e: f"E{e}")
+def test_few_experts_every_k(dtype, experts):
+    """Every k = 1..E, renormalised or not, distinct logits: ids exact, weights to fp32."""
+    gating = _spaced_logits(130, experts, seed=100 + experts).to(dtype).cuda()
+    for k in range(1, experts + 1):
+        for renormalize in (False, True):
+            w_ref, ids_ref = _expected(gating, k, renormalize)
+            w, ids = _run(gating, k, renormalize, "cuda")
+            assert_close(ids, ids_ref, name=f"k {k} ids")
+            assert_close(w, w_ref.float(), name=f"k {k} weights")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gating_dtype", (torch.float32, torch.bfloat16, torch.float16), ids=str)
+@pytest.mark.parametrize("bias_dtype", (torch.float32, torch.bfloat16, torch.float16), ids=str)
+@pytest.mark.parametrize("experts", (3, 7, 8, 13, 16), ids=lambda e: f"E{e}")
+def test_few_experts_softcap_and_bias(gating_dtype, bias_dtype, experts):
+    """Softcap, then a bias of each dtype (read through its dtype code), with and without each
+    other; k = 1, 2 and E."""
+    gating = (_spaced_logits(70, experts, seed=experts) * 8).to(gating_dtype).cuda()
+    g = torch.Generator().manual_seed(experts)
+    bias = (torch.rand(experts, generator=g) * 0.6 - 0.3).to(bias_dtype)
+    for softcap, b in ((3.0, None), (0.0, bias), (3.0, bias)):
+        for k in sorted({1, min(2, experts), experts}):
+            w_ref, ids_ref = _expected(gating, k, True, softcap=softcap, bias=b)
+            kwargs = {"moe_softcapping": softcap}
+            if b is not None:
+                kwargs["correction_bias"] = b.cuda()
+            w, ids = _run(gating, k, True, "cuda", **kwargs)
+            assert_close(ids, ids_ref, name=f"softcap {softcap} k {k} ids")
+            assert_close(w, w_ref.float(), name=f"softcap {softcap} k {k} weights")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("experts", (2, 5, 8, 11, 16), ids=lambda e: f"E{e}")
+def test_few_experts_ties_go_to_the_lower_expert(experts):
+    """Integer logits in [0, 2]: most rows hold equal probabilities (equal in fp32 and fp64), so
+    the per-thread tree must keep the lower expert at every level; every k."""
+    g = torch.Generator().manual_seed(experts)
+    gating = torch.randint(0, 3, (97, experts), generator=g).float()
+    gating[0] = 1.0  # one row all equal: ids 0, 1, ...
+    gating = gating.cuda()
+    for k in range(1, experts + 1):
+        w_ref, ids_ref = _expected(gating, k, True)
+        w, ids = _run(gating, k, True, "cuda")
+        assert_close(ids, ids_ref, name=f"k {k} ids")
+        assert_close(w, w_ref.float(), name=f"k {k} weights")
+        assert ids[0].tolist() == list(range(k))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("experts", (1, 3, 8, 9, 16), ids=lambda e: f"E{e}")
+def test_few_experts_nan_rows(experts):
+    """Rows with a NaN, a +inf or only -inf logits among ordinary rows: NaN weights and ids
+    0, 1, ... (the reference on the same device), the ordinary rows untouched."""
+    gating = _spaced_logits(8, experts, seed=experts).cuda()
+    gating[1, experts // 2] = float("nan")
+    gating[3, experts - 1] = float("inf")
+    gating[5] = float("-inf")
+    nan_rows = torch.tensor([1, 3, 5])
+    for k in sorted({1, min(2, experts), experts}):
+        for renormalize in (False, True):
+            w, ids = _run(gating, k, renormalize, "cuda")
+            w_ref, ids_ref = reference.topk_softmax(gating, k, renormalize)
+            assert w[nan_rows].isnan().all()
+            assert ids[nan_rows].tolist() == [list(range(k))] * 3
+            assert_close(ids, ids_ref, name=f"k {k} ids")
+            assert_close(w, w_ref, name=f"k {k} weights")  # NaN where the reference is NaN
+
+
+@pytest.mark.gpu
+def test_few_experts_tiny_probabilities():
+    """Logits over 66 below the row's peak (probabilities below 2^-96, where the kernel divides
+    plainly instead of through one reciprocal) ranked among the k = E winners, beside ordinary
+    rows in the same block."""
+    rows = []
+    for t in range(12):
+        g = torch.Generator().manual_seed(t)
+        if t % 2:
+            rows.append(torch.randperm(8, generator=g).float() * 0.05)
+        else:
+            row = torch.tensor([0.0, -0.5, -70.0, -71.0, -75.5, -80.0, -85.0, -86.0])
+            rows.append(row[torch.randperm(8, generator=g)])
+    gating = torch.stack(rows).cuda()
+    for renormalize in (False, True):
+        w_ref, ids_ref = _expected(gating, 8, renormalize)
+        w, ids = _run(gating, 8, renormalize, "cuda")
+        assert_close(ids, ids_ref)
+        assert_close(w, w_ref.float(), atol=0.0)  # the tiny weights to their own rtol
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+@pytest.mark.parametrize(
+    "experts,row,offset",
+    (  # what the rows allow (fp32 / bf16): 16-byte loads need every row start 16-byte aligned
+        (8, 8, 0),  # vector: 2 whole chunks / 1
+        (6, 6, 0),  # 24- / 12-byte rows: element loads
+        (6, 8, 0),  # vector: 1 whole chunk, then 2 elements / element loads
+        (5, 8, 0),  # vector: 1 chunk and 1 element / elements (no whole bf16 chunk)
+        (8, 12, 0),  # padded rows: vector with a gap / 24-byte rows: elements
+        (8, 12, 4),  # the same from a 16-byte aligned offset / an 8-byte one: elements
+        (8, 9, 1),  # misaligned rows: elements
+        (12, 16, 0),  # vector: 3 whole chunks / 1, then 4 elements
+        (16, 24, 8),  # vector from a 32-byte offset / a 16-byte offset
+        (16, 16, 0),
+    ),
+    ids=str,
+)
+def test_few_experts_strides_and_alignments(dtype, experts, row, offset):
+    """Gating views of every alignment the thread path keys its 16-byte loads on, strided
+    (transposed, every other column) outputs, T = 8195 tokens (129 blocks, a partial last)."""
+    wide = _spaced_logits(8195, row, seed=row + offset).to(dtype).cuda()
+    gating = wide[:, offset : offset + experts]
+    k = min(3, experts)
+    w_ref, ids_ref = reference.topk_softmax(gating, k, True)
+    w = torch.full((k, gating.shape[0]), float("nan"), device="cuda").t()
+    ids = torch.full((gating.shape[0], 2 * k), -7, dtype=torch.int32, device="cuda")[:, ::2]
+    topk_softmax(w, ids, gating, True, backend="cuda")
+    assert_close(ids, ids_ref)
+    assert_close(w, w_ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16), ids=str)
+def test_few_experts_many_tokens(dtype):
+    """Mixtral's routing (E 8, k 2) at T = 65536 + 5 (1025 blocks: several per SM), random
+    logits on a grid of 1/16 (exact in every dtype: equal logits tie exactly, distinct ones are
+    far apart, so the kernel and torch's softmax rank alike): against the reference on the
+    device."""
+    g = torch.Generator().manual_seed(7)
+    gating = ((torch.randn(65541, 8, generator=g) * 16).round() / 16).to(dtype).cuda()
+    for renormalize in (False, True):
+        w, ids = _run(gating, 2, renormalize, "cuda")
+        w_ref, ids_ref = reference.topk_softmax(gating, 2, renormalize)
+        assert_close(ids, ids_ref)
+        assert_close(w, w_ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_few_experts_memcheck():
+    """compute-sanitizer memcheck over the thread path's load variants: whole 16-byte chunks,
+    a partial last chunk read element by element, misaligned rows, padded rows, bias."""
+    from shared.testing.builds import run_memcheck
+
+    run_memcheck(
+        "moe",
+        """
+import torch
+from kernels_moe import topk_softmax
+for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    for t, e, row, off, k in ((1, 8, 8, 0, 2), (65, 6, 6, 0, 6), (3, 5, 8, 0, 5), (4, 6, 8, 0, 6),
+                              (7, 8, 9, 1, 2), (64, 16, 16, 0, 16), (9, 13, 16, 0, 4),
+                              (2, 1, 1, 0, 1), (5, 3, 4, 0, 3), (70, 12, 12, 0, 8),
+                              (3, 16, 24, 8, 5)):
+        g = torch.randn(t, row, device="cuda").to(dtype)[:, off : off + e]
+        topk_softmax(torch.empty(t, k, device="cuda"),
+                     torch.empty(t, k, dtype=torch.int32, device="cuda"), g, True,
+                     moe_softcapping=2.0, correction_bias=torch.randn(e, device="cuda").to(dtype))
+torch.cuda.synchronize()
+print("done")
+""",
+    )
+
+
 @pytest.mark.gpu
 def test_many_tokens_match_reference():
     """T = 8192 (2048 blocks of 4 warps), E = 256, distinct logits (no rounding ties): the CUDA

@@ -31,6 +31,17 @@
 // (A/B, 2026-12-04, E 256 k 8): T = 1 / 128 / 8192 1.73 / 1.82 / 11.10 -> 1.57 / 1.66 / 7.94
 // us; E 8 k 2 unchanged. 32 registers at 8 slots, no spill without a bias (the bias row spills
 // 4 words; the token is reread from %ctaid/%tid).
+//
+// Few experts (E <= 16: Mixtral's 8) take one thread per token instead (topk_softmax_thread_kernel,
+// 64 threads a block): the row in registers through 16-byte loads where the rows are aligned,
+// the max, the sum and the top-k as trees in the thread, no shuffle. The warp kernel there idles
+// 24 of 32 lanes at E 8 and pays a warp max, a 5-step shuffle sum and k rounds of a reduction and
+// a ballot per token: at T = 8192 its 2048 blocks issue ~300 warp instructions per token (2.93 us,
+// issue-bound; sglang 1.76). A thread per token issues ~250 instructions per 32 tokens, and T =
+// 8192 is 128 blocks of 2 warps (one wave), so the time is the T = 1 latency chain. The results
+// are bit-identical to the warp kernel's (at E <= 32 that kernel holds one slot a lane): the
+// same expf, the same division, and the trees sum in the order of the warp's xor butterfly
+// (lanes past E, and past k for the weights' sum, add zeros).
 #pragma once
 
 #include <kernels/version.h>
@@ -43,6 +54,7 @@ KERNELS_REQUIRE_HEADERS_API(2);
 #include <kernels/pdl.cuh>
 #include <kernels/reduce.cuh>
 #include <kernels/tensor.h>
+#include <kernels/vec.cuh>
 
 #include "moe_common.cuh"
 
@@ -213,8 +225,198 @@ __global__ void __launch_bounds__(kThreads, kPer <= 8 ? 16 : 1)
   }
 }
 
+// --- Few experts: one thread per token -------------------------------------------------------
+
+// E at most this takes the thread kernel. Up to 16 the rounds' trees (4 levels, 15 nodes and 16
+// masks a round) stay shorter than the warp's rounds at T = 1 for small k; at 32 a round's 31
+// nodes and 32 masks would cost the one thread of a T = 1 launch more than the warp's reduction.
+constexpr int kThreadMaxExperts = 16;
+// Tokens (threads) per block: T = 8192 is 128 blocks, one per SM of the 132.
+constexpr int kTokenThreads = 64;
+
+// The token's logits in slots 0..E-1 (-inf past E): 16-byte loads over the whole 16-byte chunks
+// of the row when `vector` (the rows 16-byte aligned), the rest element by element.
+template <typename T, int kMax>
+__device__ __forceinline__ void load_thread_row(const Params& p, int64_t token, bool vector,
+                                                float (&v)[kMax]) {
+  const T* row = static_cast<const T*>(p.gating) + token * p.g_s0;
+  constexpr int kPerVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
+  constexpr int kVecs = kMax / kPerVec;
+  const int whole = vector ? p.experts / kPerVec * kPerVec : 0;  // elements in whole chunks
+#pragma unroll
+  for (int c = 0; c < kVecs; ++c) {
+    if (c * kPerVec < whole) {
+      kernels::Pack<T, kPerVec> pack;
+      pack.load(row + c * kPerVec);
+      float f[kPerVec];
+      pack.unpack(f);
+#pragma unroll
+      for (int i = 0; i < kPerVec; ++i) v[c * kPerVec + i] = f[i];
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < kMax; ++e) {
+    if (e >= whole) v[e] = e < p.experts ? kernels::to_float(row[e]) : -INFINITY;
+  }
+}
+
+// The trees below recurse on the level (kN: the values left, in x[0..kN)), so each level's loop
+// has a constant bound: as nested loops, nvcc left the inner ones rolled at 16 slots and put the
+// row on the stack (192 bytes).
+
+// x[0] = the sum of x[0..kN) in the order of a warp's xor butterfly over lanes holding them
+// (lanes past kN hold 0): x[i] + x[i + o] for o = kN / 2, ..., 1, so the result is
+// kernels::warp_sum's. Overwrites x.
+template <int kN, int kMax>
+__device__ __forceinline__ void butterfly_sum(float (&x)[kMax]) {
+  if constexpr (kN > 1) {
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) x[i] = x[i] + x[i + kN / 2];
+    butterfly_sum<kN / 2>(x);
+  }
+}
+
+// x[0] = the largest of x[0..kN) (fmaxf). Overwrites x.
+template <int kN, int kMax>
+__device__ __forceinline__ void tree_max(float (&x)[kMax]) {
+  if constexpr (kN > 1) {
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) x[i] = fmaxf(x[i], x[i + kN / 2]);
+    tree_max<kN / 2>(x);
+  }
+}
+
+// b[0], at[0] = the largest of b[0..kN) and its index at[], the lower index on ties: a tree over
+// adjacent pairs (a node's left half holds the lower indices; the right wins only when greater).
+// Overwrites b and at.
+template <int kN, int kMax>
+__device__ __forceinline__ void tree_argmax(float (&b)[kMax], int (&at)[kMax]) {
+  if constexpr (kN > 1) {
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) {
+      const bool right = b[2 * i + 1] > b[2 * i];
+      b[i] = right ? b[2 * i + 1] : b[2 * i];
+      at[i] = right ? at[2 * i + 1] : at[2 * i];
+    }
+    tree_argmax<kN / 2>(b, at);
+  }
+}
+
+// Rounds kJ..k-1 of the selection: the j-th largest of v and its index into weight[j] and
+// expert[j], its slot then dropped to -1. Compile-time rounds (a recursion, not a loop with a
+// runtime exit), so weight[] and expert[] are indexed by constants and stay in registers.
+template <int kMax, int kJ = 0>
+__device__ __forceinline__ void select_rounds(float (&v)[kMax], int k, float (&weight)[kMax],
+                                              int (&expert)[kMax]) {
+  if constexpr (kJ < kMax) {
+    if (kJ < k) {
+      float b[kMax];
+      int at[kMax];
+#pragma unroll
+      for (int e = 0; e < kMax; ++e) {
+        b[e] = v[e];
+        at[e] = e;
+      }
+      tree_argmax<kMax>(b, at);
+      weight[kJ] = b[0];
+      expert[kJ] = at[0];
+#pragma unroll
+      for (int e = 0; e < kMax; ++e) v[e] = e == expert[kJ] ? -1.0f : v[e];
+      select_rounds<kMax, kJ + 1>(v, k, weight, expert);
+    }
+  }
+}
+
+// One token per thread for E <= kMax (a power of two, <= kThreadMaxExperts): the warp kernel's
+// arithmetic step by step (see row_probabilities), its reductions as trees in registers.
+template <typename T, int kMax>
+__global__ void __launch_bounds__(kTokenThreads)
+    topk_softmax_thread_kernel(bool pdl, bool vector, Params p) {
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * kTokenThreads + threadIdx.x;
+  if (pdl) kernels::pdl_wait();
+  if (token >= p.tokens) return;
+  float v[kMax];
+  load_thread_row<T, kMax>(p, token, vector, v);
+  float bias[kMax];
+  if (p.bias) moe_common::load_floats<kMax>(bias, p.bias, p.bias_code, 1, p.experts);
+  if (pdl) kernels::pdl_launch_dependents();
+  if (p.softcap != 0.0f) {
+#pragma unroll
+    for (int e = 0; e < kMax; ++e)
+      if (e < p.experts) v[e] = p.softcap * tanhf(v[e] / p.softcap);
+  }
+  if (p.bias) {
+#pragma unroll
+    for (int e = 0; e < kMax; ++e) v[e] += bias[e];  // 0 past E
+  }
+  // fmaxf where the warp kernel maxes ordered bits: the same peak but for a NaN in the row
+  // (every probability NaN either way) or a zero of either sign (x - 0 is x, and expf(-0 - 0)
+  // and expf(-0 + 0) are both 1).
+  float m[kMax];
+#pragma unroll
+  for (int e = 0; e < kMax; ++e) m[e] = v[e];
+  tree_max<kMax>(m);
+  const float peak = m[0];
+#pragma unroll
+  for (int e = 0; e < kMax; ++e) v[e] = expf(v[e] - peak);  // 0 past E
+#pragma unroll
+  for (int e = 0; e < kMax; ++e) m[e] = v[e];
+  butterfly_sum<kMax>(m);
+  const float total = m[0];
+  bool tiny = false;
+#pragma unroll
+  for (int e = 0; e < kMax; ++e) tiny |= v[e] > 0.0f && v[e] < 0x1p-96f;
+  if (!tiny) {
+    const float r = moe_common::div_rcp(total);
+#pragma unroll
+    for (int e = 0; e < kMax; ++e) v[e] = moe_common::div_rn_fast(v[e], total, r);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kMax; ++e) v[e] = v[e] / total;
+  }
+  const bool nan_row = isnan(total);
+  // k rounds of a tree argmax; the winner's slot drops to -1, below every probability (slots
+  // past E hold 0 and lose ties to every expert, so k <= E never takes one). A NaN row takes
+  // experts 0, 1, ... as the reference.
+  float weight[kMax];
+  int expert[kMax];
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    weight[j] = 0.0f;
+    expert[j] = j;
+  }
+  if (!nan_row) select_rounds<kMax>(v, p.k, weight, expert);
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) m[j] = weight[j];
+  butterfly_sum<kMax>(m);
+  const float sum = m[0];
+  float* weights = p.weights + token * p.w_s0;
+  int32_t* ids = p.ids + token * p.i_s0;
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    if (j < p.k) {
+      float w = nan_row ? NAN : weight[j];
+      if (p.renormalize) w = w / sum;
+      weights[j * p.w_s1] = w;
+      ids[j * p.i_s1] = expert[j];
+    }
+  }
+}
+
+template <typename T, int kMax>
+void launch_thread(const kernels::Launch& ctx, const Params& p) {
+  // Whole 16-byte chunks: the row base and every row start 16-byte aligned.
+  const bool vector = kernels::is_aligned(p.gating) &&
+                      (p.g_s0 * static_cast<int64_t>(sizeof(T))) % kernels::kVectorBytes == 0;
+  kernels::launch(ctx, topk_softmax_thread_kernel<T, kMax>,
+                  kernels::ceil_div(p.tokens, kTokenThreads), kTokenThreads, vector, p);
+}
+
 template <typename T>
 void launch(const kernels::Launch& ctx, const Params& p) {
+  if (p.experts <= 4) return launch_thread<T, 4>(ctx, p);
+  if (p.experts <= 8) return launch_thread<T, 8>(ctx, p);
+  if (p.experts <= kThreadMaxExperts) return launch_thread<T, kThreadMaxExperts>(ctx, p);
   const unsigned grid = kernels::ceil_div(p.tokens, kWarps);
   const int per = (p.experts + 31) / 32;  // slots per lane, rounded up to a power of two
   if (per <= 1)

@@ -19,10 +19,14 @@ TOPK_SOFTMAX_CUDA = ModuleSpec(
     package="kernels_moe",
     sources=("csrc/topk_softmax.cuh",),
     exports=(("topk_softmax", "topk_softmax"),),
-    description="CUDA: a warp per token, logits in registers, k rounds of a warp key max",
+    description="CUDA: a thread per token for E <= 16 (trees in registers), else a warp per "
+    "token (logits in registers, k rounds of a warp key max)",
 )
 # The kernel's limits (csrc/topk_softmax.cuh): experts held in registers, one output per lane.
 CUDA_MAX_EXPERTS, CUDA_MAX_K = 1024, 32
+# E at most this runs one thread per token (csrc/topk_softmax.cuh, kThreadMaxExperts); the tests
+# cover both sides of it.
+CUDA_THREAD_MAX_EXPERTS = 16
 
 _topk_softmax_cuda = CompiledFunction(TOPK_SOFTMAX_CUDA, "topk_softmax")
 
