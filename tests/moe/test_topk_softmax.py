@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kernels_moe import reference, topk_softmax
+from kernels_moe.ops.topk_softmax import CUDA_THREAD_MAX_EXPERTS
 from shared.testing.compare import assert_close
 
 BACKENDS = {"cpu": ("torch",), "cuda": ("cuda", "torch")}
@@ -255,7 +256,7 @@ def test_winners_around_the_narrow_key_range(device, experts, offset):
 # E 1..16 take it (slots padded to 4, 8 or 16: E = 4, 8, 16 fill them, odd E leave a partial
 # 16-byte chunk for the element loads); 17 and 32 are the warp kernel just past it. T = 130 is
 # three blocks of 64 threads, the last one partial.
-FEW_EXPERTS = (*range(1, 17), 17, 32)
+FEW_EXPERTS = (*range(1, CUDA_THREAD_MAX_EXPERTS + 2), 32)
 
 
 @pytest.mark.gpu
