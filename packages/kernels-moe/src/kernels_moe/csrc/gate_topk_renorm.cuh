@@ -90,6 +90,41 @@ __device__ __forceinline__ float warp_top2_sum(float first, float second) {
          moe_common::from_ordered_bits(shared_top ? top : rest);
 }
 
+// The sigmoids of a lane's slots in place, s = 1 / (1 + exp(-l)), without the division's
+// range-check branch per slot (each would wait on its MUFU before the next slot issues): the fast
+// path is exact for 1 + exp(-l) < 2^126, i.e. every l > -87.3; a lane holding a lower one (or
+// NaN) divides plainly. Both kernels' scores.
+template <int kN>
+__device__ __forceinline__ void sigmoid_slots(float (&s)[kN]) {
+  bool huge = false;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    s[i] = 1.0f + expf(-s[i]);
+    huge |= !(s[i] < 0x1p126f);
+  }
+  if (!huge) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) s[i] = moe_common::rcp_rn_fast(s[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) s[i] = 1.0f / s[i];
+  }
+}
+
+// Both kernels' output: lane j < k writes column j of the token, its winner `expert` and its
+// `weight` (0 in lanes >= k, so the warp sum is the winners'), renormalised by that sum (unless
+// it is 0) and scaled.
+__device__ __forceinline__ void write_token(const Params& p, int64_t token, int lane, float weight,
+                                            int expert) {
+  const float sum = kernels::warp_sum(weight);
+  if (lane < p.k) {
+    if (p.renormalize && sum != 0.0f) weight = weight / sum;
+    weight *= p.scale;
+    p.weights[token * p.w_s0 + lane * p.w_s1] = weight;
+    p.ids[token * p.i_s0 + lane * p.i_s1] = expert;
+  }
+}
+
 // Up to 8 slots, 32 registers (16 blocks per SM: T = 8192's 2048 blocks in one wave on 132 SMs;
 // sm_90a spills one word, 2 stores and 3 loads in L1); more slots keep the compiler's choice.
 template <typename T, int kPer, bool kGroup32>
@@ -109,22 +144,7 @@ __global__ void __launch_bounds__(kThreads, kPer <= 8 ? 16 : 1) gate_topk_renorm
   // slot behind each branch); sb holds the bias until the sum.
   if (p.bias) moe_common::load_row_slots<kPer>(sb, p.bias, p.bias_code, lane, p.experts);
   if (pdl) kernels::pdl_launch_dependents();
-  // s = 1 / (1 + exp(-l)) without the division's range-check branch per slot (each would wait
-  // on its MUFU before the next slot issues): the fast path is exact for 1 + exp(-l) < 2^126,
-  // i.e. every l > -87.3; a lane holding a lower one (or NaN) divides plainly.
-  bool huge = false;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    s[i] = 1.0f + expf(-s[i]);
-    huge |= !(s[i] < 0x1p126f);
-  }
-  if (!huge) {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) s[i] = moe_common::rcp_rn_fast(s[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) s[i] = 1.0f / s[i];
-  }
+  sigmoid_slots(s);
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const float b = p.bias ? s[i] + sb[i] : s[i];
@@ -206,13 +226,7 @@ __global__ void __launch_bounds__(kThreads, kPer <= 8 ? 16 : 1) gate_topk_renorm
     const float v = __shfl_sync(0xffffffffu, s[i], expert & 31);
     weight = expert >> 5 == i ? v : weight;
   }
-  const float sum = kernels::warp_sum(weight);
-  if (lane < p.k) {
-    if (p.renormalize && sum != 0.0f) weight = weight / sum;
-    weight *= p.scale;
-    p.weights[token * p.w_s0 + lane * p.w_s1] = weight;
-    p.ids[token * p.i_s0 + lane * p.i_s1] = expert;
-  }
+  write_token(p, token, lane, weight, expert);
 }
 
 // --- Groups of 32 experts, E = 32 * n_group <= 256 (DeepSeek-V3) ----------------------------------
@@ -289,21 +303,7 @@ __device__ __forceinline__ void group32_scores(const Params& p, int64_t token, i
     }
   }
   if (trigger) kernels::pdl_launch_dependents();
-  // s = 1 / (1 + exp(-l)) without the division's range check per slot (exact for l > -87.3;
-  // a lane holding a lower logit or NaN divides plainly).
-  bool huge = false;
-#pragma unroll
-  for (int i = 0; i < kSlots32; ++i) {
-    sb[i] = 1.0f + expf(-sb[i]);
-    huge |= !(sb[i] < 0x1p126f);
-  }
-  if (!huge) {
-#pragma unroll
-    for (int i = 0; i < kSlots32; ++i) sb[i] = moe_common::rcp_rn_fast(sb[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kSlots32; ++i) sb[i] = 1.0f / sb[i];
-  }
+  sigmoid_slots(sb);
   // As the reference's nan_to_num: NaN -> -1e30, +-inf -> +-FLT_MAX (an infinite bias), so a
   // kept expert always ranks above the dropped groups' -inf. One compare a slot; the rare lane
   // maps.
@@ -424,13 +424,7 @@ __global__ void __launch_bounds__(kThreads, 16) gate_group32_kernel(bool pdl, Pa
         1.0f + expf(-kernels::to_float(static_cast<const T*>(p.logits)[token * p.l_s0 + expert]));
     weight = d < 0x1p126f ? moe_common::rcp_rn_fast(d) : 1.0f / d;
   }
-  const float sum = kernels::warp_sum(weight);
-  if (lane < p.k) {
-    if (p.renormalize && sum != 0.0f) weight = weight / sum;
-    weight *= p.scale;
-    p.weights[token * p.w_s0 + lane * p.w_s1] = weight;
-    p.ids[token * p.i_s0 + lane * p.i_s1] = expert;
-  }
+  write_token(p, token, lane, weight, expert);
 }
 
 template <typename T, bool kGroup32>
