@@ -338,3 +338,37 @@ def test_cuda_graph_capture_of_each_path(path):
         expected, outs, _graph = eager_and_replayed(calls)
     for name in calls:
         assert torch.equal(outs[name], expected[name]), name
+
+
+def _check_filtered(x, k, p, order, seed, rows=None):
+    """top_k_top_p_sampling_from_probs on the CUDA backend against the torch one: the kept set
+    (never a dropped token) and the draw (within rounding of a CDF boundary)."""
+    kw = dict(filter_apply_order=order, seed=seed, return_valid=True)
+    got, valid = top_k_top_p_sampling_from_probs(x, k, p, **kw, backend="cuda")
+    exp, exp_valid = top_k_top_p_sampling_from_probs(x, k, p, **kw, backend="torch")
+    keep = reference.top_k_top_p_keep(x.float(), k, p, order)
+    ok = valid.bool()
+    assert bool(keep[ok].gather(1, got.long()[ok][:, None]).all()), (k, p, order)
+    n = x.shape[0]
+    u = uniform(
+        torch.tensor([seed], device="cuda"),
+        torch.zeros(1, device="cuda").long(),
+        torch.arange(n, device="cuda"),
+        0,
+    )
+    _check_draw(got, valid, torch.where(keep, x.float(), 0.0), u, exp, exp_valid)
+    return got, valid
+
+
+@pytest.mark.parametrize("extra", [0, 4096])
+def test_top_p_search_long_slices(extra):
+    # Streamed draws run one CTA per row: a row of 2^21 values is the exact mass histograms'
+    # limit (filters.cuh kExactMassSlice), a longer one takes the fp32 atomics.
+    from kernels_sampling._common import force_cuda_path
+
+    probs = _probs(1, 2**21 + extra, seed=extra)
+    with force_cuda_path("streamed"):
+        assert _draw_path(probs, True) == 0
+        for order in ("top_k_first", "joint"):
+            for k, p in ((0, 0.9), (0, 0.3), (100, 0.9)):
+                _check_filtered(probs, k, p, order, seed=5)

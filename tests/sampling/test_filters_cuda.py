@@ -366,3 +366,45 @@ def test_threshold_bin_of_every_size(path, group, v):
             assert torch.equal(got, reference.top_k_mask_logits(logits, k))
         for p in (0.5, torch.tensor([0.2, 0.5, 0.9], device="cuda")):
             _check_top_p(top_p_renorm_probs(x, p, backend="cuda"), x, p)
+
+
+# ---- exact mass histograms (filters.cuh exact_mass_add) and their fp32 fallback ----
+
+
+@pytest.mark.parametrize("path", ["cached", "streamed"])
+def test_top_p_is_deterministic(path):
+    # top_p's bin masses are integer sums (one rounding per bin after the cluster's sum): the
+    # same bits on every run, whatever order the shared atomics land in.
+    from kernels_sampling._common import force_cuda_path
+
+    probs = _probs(3, 128256, seed=31)
+    tps = torch.tensor([0.3, 0.9, 0.99], device="cuda")
+    with force_cuda_path(path):
+        first = top_p_renorm_probs(probs, tps, backend="cuda")
+        for _ in range(3):
+            assert torch.equal(top_p_renorm_probs(probs, tps, backend="cuda"), first)
+    _check_top_p(first, probs, tps)
+
+
+def _one_bin_row(v: int, seed: int) -> torch.Tensor:
+    """One fp32 row whose values all share one first-pass bin ([1, 1.25) * 2^-24) with key bits
+    10-20 mostly set: the largest sums the 32-bit bin counters of exact_mass_add take."""
+    g = torch.Generator().manual_seed(seed)
+    frac = 0.2 + 0.0499 * torch.rand(1, v, generator=g, dtype=torch.float64)
+    return ((1 + frac) * 2.0**-24).float().cuda()
+
+
+@pytest.mark.parametrize("extra", [0, 8 * 4096])
+def test_top_p_long_slices(extra):
+    # Streamed, one row over 8 CTAs: slices of 2^21 values (the exact histograms' limit,
+    # kExactMassSlice, every value in one bin) and longer ones (the fp32 atomics).
+    from kernels_sampling._common import force_cuda_path
+
+    if extra == 0:  # (one bin of 2^24 values through fp32 atomics would take seconds)
+        x = _one_bin_row(2**24, seed=1)
+        with force_cuda_path("streamed"):
+            for p in (0.5, 0.9):
+                _check_top_p(top_p_renorm_probs(x, p, backend="cuda"), x, p)
+    probs = _probs(1, 2**24 + extra, seed=extra)
+    with force_cuda_path("streamed"):
+        _check_top_p(top_p_renorm_probs(probs, 0.9, backend="cuda"), probs, 0.9)

@@ -20,8 +20,9 @@
 //           search instead of 6 and two full passes fewer (H200, V = 128256 fp32, A/B:
 //           top_k_renorm B 1 / 128 / 512 18.6 / 90.8 / 339 -> 14.3 / 76.0 / 281 us; top_p
 //           27.0 / 180 -> 22.5 / 167); else the last two digits sweep the row as passes.
-//   top_p:  the same with mass histograms (fp32 shared atomics on the first digit; exact int64
-//           significand sums over the list, whose values share one exponent) and the rule
+//   top_p:  the same with mass histograms (exact: integer sums of key bits in 32-bit shared
+//           atomics, since a bin's values share one scale, see exact_mass_add; the int64
+//           significand sums over the list likewise) and the rule
 //           "lowest non-empty bin whose strictly-greater mass < top_p" | write. p = 0.9 at V =
 //           128256 puts ~500-900 keys in the list.
 // Semantics follow kernels_sampling.reference exactly: bad rows (NaN/inf/negative entry), bad
@@ -60,6 +61,10 @@ constexpr float kMinSum = 1e-8f;
 // Keys of the first pass's selected bin kept in shared memory (every CTA holds the row's list);
 // a row with more there takes the second and third passes over the row instead.
 constexpr int kCandidates = 3072;
+// kMass histograms are exact integers (exact_mass_add) when every CTA's slice holds at most this
+// many values (a bin's sum of 11-bit key fields then fits 32 bits); longer slices keep fp32
+// shared atomics.
+constexpr int64_t kExactMassSlice = int64_t{1} << 21;
 
 enum Mode : int { kMinP = 0, kTopK = 1, kTopP = 2, kMaskTopK = 3 };
 enum ParamKind : int { kNone = 0, kInt32 = 1, kInt64 = 2, kFloat32 = 3 };
@@ -184,8 +189,8 @@ __device__ __forceinline__ V block_exclusive_scan(V x, V* warp_totals) {
 struct Shared {
   int count[kBins];  // this CTA's histogram
   union {
-    float mass[kBins];
-    uint32_t low_sum[kBins];  // candidate passes, kMass: sum of each bin's low 10 key bits
+    float mass[kBins];        // kMass, slices over kExactMassSlice: fp32 bin masses
+    uint32_t low_sum[kBins];  // kMass: sum of each bin's low 10 key bits (exact_mass_add)
   };
   int tot_count[kBins];  // cluster > 1: the row's histogram (each chunk pushed by its owner)
   float tot_mass[kBins];
@@ -203,8 +208,14 @@ struct Shared {
   int gathered;             // candidates of this CTA gathered so far
   int gather_base;          // this CTA's first slot in cand (the ranks before it, in order)
   float xfer;  // this CTA's partial for a cluster reduction
-  uint32_t cand[kCandidates];  // the row's keys in the first pass's selected bin, rank order
+  union {
+    uint32_t cand[kCandidates];  // the row's keys in the first pass's selected bin, rank order
+    // kMass first pass (exact): sum of each bin's key bits 10-20. Read (remotely too) only
+    // before the first pass's last barrier; cand is written only after it.
+    uint32_t hi_sum[kBins];
+  };
 };
+static_assert(kBins <= kCandidates, "hi_sum shares cand's storage");
 
 // Reductions over the row: the block, then (cluster > 1) every CTA of the cluster. Lane r of each
 // warp fetches rank r's partial and every warp combines them in rank order, so all CTAs (and all
@@ -257,10 +268,32 @@ struct BinScale {
   __device__ __forceinline__ int64_t significand(uint32_t key) const {
     return static_cast<int64_t>(base) + (key & 0x1FFFFFu);
   }
+  // sum * 2^exp rounded once to fp32 (the double product is exact: 2^exp is a normal double
+  // for exp in [-149, 105]); the same bits as ldexp, in fewer instructions and registers.
   __device__ __forceinline__ float to_float(int64_t sum) const {
-    return static_cast<float>(ldexp(static_cast<double>(sum), exp));
+    const double scale = __longlong_as_double(static_cast<long long>(exp + 1023) << 52);
+    return static_cast<float>(static_cast<double>(sum) * scale);
   }
 };
+
+// Exact mass histograms of radix_threshold's kMass passes (exact_mass): a bin's values share
+// its first-pass bin's scale (BinScale), so its mass is count * significand(bin's lowest key)
+// plus the sum of the key bits below the digit, an integer: pass 0 sums bits 10-20 (hi_sum)
+// and 0-9 (low_sum), pass 1 bits 0-9, pass 2 none (its bins are single keys). These are 32-bit
+// shared integer atomics (native ATOMS.ADD; Σ < count * 2^11 fits while a slice holds <=
+// kExactMassSlice values) in place of fp32 shared atomics, which sm_90 runs as a CAS loop
+// (ATOMS.CAST.SPIN) that serialises on the few bins most of a softmax row falls in; and the
+// masses are the same bits in any order (one rounding per bin, after the cluster's integer sum).
+__device__ __forceinline__ void exact_mass_add(Shared& s, int pass, int bin, uint32_t k) {
+  if (pass == 0) atomicAdd(&s.hi_sum[bin], (k >> 10) & 0x7FFu);
+  if (pass < 2) atomicAdd(&s.low_sum[bin], k & 0x3FFu);
+}
+// The fp32 mass of the bin whose lowest key is `key`, from its count and sums (hi: pass 0 only).
+__device__ __forceinline__ float exact_mass(uint32_t key, int64_t count, int64_t hi, int64_t lo) {
+  if (count == 0) return 0.0f;
+  const BinScale scale(key);
+  return scale.to_float(count * scale.significand(key) + (hi << 10) + lo);
+}
 
 // The second and third digits of radix_threshold over the candidates alone: the first pass chose
 // bin prefix >> 21 holding n <= kCandidates of the row's keys (>= floor_key), with above_k keys
@@ -410,7 +443,8 @@ __device__ Threshold radix_threshold_on_candidates(const Src& src, float target_
 // CTAs; no remote access after the last barrier, so the CTA may exit without another).
 template <bool kMass, bool kProbs, typename Src>
 __device__ Threshold radix_threshold(const Src& src, float target_p, int target_k, Shared& s,
-                                     int cluster, uint32_t floor_key = 0) {
+                                     int cluster, uint32_t floor_key = 0,
+                                     bool exact_mass_ok = false) {
   namespace cg = cooperative_groups;
   uint32_t prefix = 0, himask = 0;
   int above_k = 0;
@@ -424,9 +458,13 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
   for (int pass = 0; pass < 3; ++pass) {
     const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
     const uint32_t digit_mask = pass == 2 ? 0x3FFu : 0x7FFu;
+    // kMass: exact integer histograms (exact_mass_add) when every slice is short enough (the
+    // caller's cluster-uniform exact_mass_ok), else fp32 atomics.
+    const bool exact = kMass && exact_mass_ok;
     for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
       s.count[b] = 0;
-      if (kMass) s.mass[b] = 0.0f;
+      if (kMass) s.low_sum[b] = 0u;  // also mass[b] = 0.0f
+      if (exact && pass == 0) s.hi_sum[b] = 0u;
     }
     __syncthreads();
     float above_local = 0.0f;  // last pass: sum of the values above the final key range
@@ -438,7 +476,10 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
       if (((k ^ prefix) & himask) == 0) {
         const int bin = static_cast<int>((k >> shift) & digit_mask);
         atomicAdd(&s.count[bin], 1);
-        if (kMass) atomicAdd(&s.mass[bin], v);
+        if (exact)
+          exact_mass_add(s, pass, bin, k);
+        else if (kMass)
+          atomicAdd(&s.mass[bin], v);
       } else if (last && (k & himask) > prefix) {
         above_local += v;
       }
@@ -458,7 +499,12 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
       if (own) {
         c_hi = s.count[hi];
         c_lo = s.count[lo];
-        if (kMass) {
+        if (exact) {
+          m_hi = exact_mass(prefix | (static_cast<uint32_t>(hi) << shift), c_hi,
+                            pass == 0 ? s.hi_sum[hi] : 0u, s.low_sum[hi]);
+          m_lo = exact_mass(prefix | (static_cast<uint32_t>(lo) << shift), c_lo,
+                            pass == 0 ? s.hi_sum[lo] : 0u, s.low_sum[lo]);
+        } else if (kMass) {
           m_hi = s.mass[hi];
           m_lo = s.mass[lo];
         }
@@ -486,24 +532,36 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
       for (int j = threadIdx.x; j < chunk; j += blockDim.x) {
         const int b = rank * chunk + j;
         int c[kMaxCluster];
-        float m[kMaxCluster];
+        uint32_t m[kMaxCluster];  // low_sum (exact) or the bits of mass
 #pragma unroll
         for (int r = 0; r < kMaxCluster; ++r) {  // all loads in flight, then summed in rank order
           c[r] = 0;
-          m[r] = 0.0f;
+          m[r] = 0u;
           if (r < cluster) {
             const Shared* remote = cl.map_shared_rank(&s, r);
             c[r] = remote->count[b];
-            if (kMass) m[r] = remote->mass[b];
+            if (kMass) m[r] = remote->low_sum[b];
           }
         }
         int ct = 0;
         float mt = 0.0f;
+        int64_t lt = 0, ht = 0;
 #pragma unroll
         for (int r = 0; r < kMaxCluster; ++r) {
           ct += c[r];
-          if (kMass) mt += m[r];
+          if (exact)
+            lt += m[r];
+          else if (kMass)
+            mt += __uint_as_float(m[r]);
         }
+        if (exact && pass == 0) {  // a second round of loads: fewer registers live at once
+#pragma unroll
+          for (int r = 0; r < kMaxCluster; ++r)
+            m[r] = r < cluster ? cl.map_shared_rank(&s, r)->hi_sum[b] : 0u;
+#pragma unroll
+          for (int r = 0; r < kMaxCluster; ++r) ht += m[r];
+        }
+        if (exact) mt = exact_mass(prefix | (static_cast<uint32_t>(b) << shift), ct, ht, lt);
         for (int r = 0; r < cluster; ++r) {
           Shared* dst = cl.map_shared_rank(&s, r);
           dst->tot_count[b] = ct;
@@ -743,7 +801,8 @@ __global__ void __launch_bounds__(kThreads) top_p_renorm_kernel(bool, Params p) 
     write_renorm(p, src, thr, sum, bad);
     return;
   }
-  const Threshold t = radix_threshold<true, true>(src, tp, 0, s, p.cluster);
+  const Threshold t =
+      radix_threshold<true, true>(src, tp, 0, s, p.cluster, 0u, p.slice <= kExactMassSlice);
   write_renorm(p, src, t.value, t.kept_sum, t.bad);
 }
 

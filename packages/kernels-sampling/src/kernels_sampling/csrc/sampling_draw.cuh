@@ -332,7 +332,9 @@ __global__ void __launch_bounds__(kThreads) top_k_top_p_kernel(Params p, FilterP
       // top_k_first with a kept sum < 1e-8: the renormalised row is zero, top-p keeps it all.
       const float target = fp.joint ? tp : tp * sum_k;
       const uint32_t floor_key = k_on ? f::key_of(thr_k) : 0u;
-      thr_p = f::radix_threshold<true, false>(src, target, 0, fs, cluster, floor_key).value;
+      thr_p = f::radix_threshold<true, false>(src, target, 0, fs, cluster, floor_key,
+                                              p.slice <= f::kExactMassSlice)
+                  .value;
     }
   }
   draw_row(p, i, src, start, fmaxf(thr_k, thr_p), tp != tp, s);
