@@ -372,3 +372,98 @@ def test_top_p_search_long_slices(extra):
         for order in ("top_k_first", "joint"):
             for k, p in ((0, 0.9), (0, 0.3), (100, 0.9)):
                 _check_filtered(probs, k, p, order, seed=5)
+
+
+# ---- the cached draw over the top-k survivors (sampling_draw.cuh survivors_draw) ----
+
+
+@pytest.mark.parametrize("b", [1, 3])
+@pytest.mark.parametrize("v", [4099, 128256])
+def test_survivors_draw_matches_reference(b, v):
+    # k <= kSurvivors = 256 (the survivors path), k = 257 and 1000 (the full search and draw);
+    # p at and around its edges, NaN (invalid), per-row parameters, B = 1 at a 16-CTA cluster.
+    from kernels_sampling._common import force_cuda_path
+
+    probs = _probs(b, v, seed=b * 5 + v)
+    ps = torch.rand(b, device="cuda")
+    ks = torch.randint(1, 300, (b,), device="cuda", dtype=torch.int32)
+    with force_cuda_path("cached"):
+        assert _draw_path(probs, True) > 0
+        for order in ("top_k_first", "joint"):
+            for k in (1, 2, 20, 50, 256, 257, 1000, ks):
+                for p in (-1.0, 0.0, 1e-6, 0.3, 0.9, 0.999, 1.0, ps):
+                    _check_filtered(probs, k, p, order, seed=7)
+            got, valid = _check_filtered(probs, 50, float("nan"), order, seed=7)
+            assert not valid.any() and not got.any()
+
+
+def test_survivors_draw_ties_and_invalid_rows():
+    # Quantized rows: ties at the k-th value keep more than k survivors (past 256 in rows 0-2:
+    # the full path, chosen per row by its whole cluster); bad rows (NaN, negative, zero) are
+    # invalid.
+    from kernels_sampling._common import force_cuda_path
+
+    v = 128256
+    g = torch.Generator().manual_seed(3)
+    raw = torch.randint(0, 2000, (6, v), generator=g).float()
+    raw[:3, :300] = 5000.0  # 300 tied maxima: more than 256 survivors at any k
+    raw[3:, :30] = 5000.0  # 30 + 40 ties: k = 50 keeps 70
+    raw[3:, 30:70] = 4000.0
+    tied = (raw / raw.sum(1, keepdim=True)).cuda()
+    bad = _probs(4, v, seed=4).clone()
+    bad[0, 77] = float("nan")
+    bad[1, v - 1] = -1e-6
+    bad[2] = 0.0
+    with force_cuda_path("cached"):
+        for order in ("top_k_first", "joint"):
+            for k in (1, 50, 256, 300, 301):
+                for p in (0.0, 0.05, 0.5, 1.0):
+                    _check_filtered(tied, k, p, order, seed=2)
+            for k in (1, 50):
+                got, valid = _check_filtered(bad, k, 0.9, order, seed=2)
+                assert valid.tolist() == [False, False, False, True]
+                assert got[:3].tolist() == [0, 0, 0]
+
+
+def test_survivors_draw_is_deterministic_and_graph_safe():
+    from kernels_sampling._common import force_cuda_path
+
+    probs = _probs(2, 128256, seed=13)
+    seed = torch.tensor([3, 4], device="cuda")
+    offset = torch.tensor([0], device="cuda")
+    calls = {
+        order: lambda order=order: top_k_top_p_sampling_from_probs(
+            probs, 50, 0.9, filter_apply_order=order, seed=seed, offset=offset
+        )
+        for order in ("top_k_first", "joint")
+    }
+    with force_cuda_path("cached"):
+        expected, outs, _graph = eager_and_replayed(calls)
+        for name, call in calls.items():
+            assert torch.equal(outs[name], expected[name]), name
+            for _ in range(3):
+                assert torch.equal(call(), expected[name]), name
+
+
+def test_survivors_draw_chi_square():
+    # 60000 draws of one row through the survivors path (cached, a 1-CTA cluster per output).
+    from kernels_sampling._common import force_cuda_path
+
+    probs = torch.tensor([[0.05, 0.0, 0.15, 0.3, 0.0, 0.1, 0.25, 0.15]], device="cuda")
+    n = 60_000
+    idx = torch.zeros(n, dtype=torch.int64, device="cuda")
+    for order, k, p in (("joint", 5, 0.8), ("top_k_first", 5, 0.8), ("joint", 3, 1.0)):
+        keep = reference.top_k_top_p_keep(probs, k, p, order)[0]
+        w = torch.where(keep, probs[0], 0.0).double().cpu()
+        with force_cuda_path("cached"):
+            assert _draw_path(probs, True) > 0
+            draws = top_k_top_p_sampling_from_probs(
+                probs, k, p, indices=idx, filter_apply_order=order, seed=99, backend="cuda"
+            )
+        counts = torch.bincount(draws, minlength=8).double().cpu()
+        assert bool((counts[w == 0] == 0).all()), (order, k, p)
+        expected = w / w.sum() * n
+        nz = expected > 0
+        chi2 = (((counts[nz] - expected[nz]) ** 2) / expected[nz]).sum().item()
+        dof = int(nz.sum()) - 1
+        assert chi2 < {2: 15.7, 3: 18.0, 4: 20.0}[dof], (order, k, p, chi2)  # P ~ 4e-4

@@ -10,6 +10,9 @@
 // per thread in vocabulary order: a block exclusive scan of the tile sums gives each thread its
 // running prefix, the thread whose running sum first exceeds u * total (on a positive weight)
 // names the sample, and the walk stops there.
+// top_k_top_p on the cached shape with k <= kSurvivors draws over the top-k survivors alone after
+// the top-k search (survivors_draw: one cluster barrier instead of the top-p search's 3 and the
+// draw's 2; the full path when ties keep more than kSurvivors).
 // u = U(seed, offset, i, 0) is the project RNG (kernels_jit.rng.uniform) bit for bit. The prefix
 // sums are taken in a different order than torch.cumsum, so a sample may differ from the
 // reference's only where u * total lies within rounding of a CDF boundary.
@@ -92,6 +95,13 @@ struct Shared {
   int in_bad[f::kMaxCluster];
   int in_last[f::kMaxCluster];
   int in_found[f::kMaxCluster];
+  // survivors_draw: this CTA's survivor count and bad-row flag (read by every rank), and the
+  // row's offsets per rank, total and flag.
+  int surv_n;
+  int surv_bad;
+  int surv_off[f::kMaxCluster];
+  int surv_total;
+  int surv_any_bad;
 };
 
 // Output row i: the source row, or -1 when indices[i] is out of range.
@@ -269,6 +279,162 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(Params p) {
   draw_row(p, i, src, start, -INFINITY, false, s);
 }
 
+// Survivors of top-k (values >= the k-th largest, ties included) that survivors_draw holds.
+constexpr int kSurvivors = 256;
+
+// top_k_top_p on the cached shape with top-k on: after the top-k search, the rest of the row's
+// work runs over its survivors alone, held by every CTA, with no further cluster barrier (the
+// full path takes a top-p search of 3 cluster barriers and a draw of 2). One sweep of each
+// slice counts its survivors (v >= thr_k) and flags bad entries; a second stages them (index,
+// value) in a fixed order (thread t's in slice order after those of threads < t) in fs.tot_*,
+// which no rank writes before the next cluster barrier. After one cluster barrier every CTA
+// copies every rank's survivors in rank order into fs.count / fs.mass (n <= kSurvivors: else it
+// returns false, cluster-uniformly, and the full top-p search and draw follow), arrives at the
+// exit barrier, and on the list alone:
+//  - top-p: keep v iff S_gt(v) < target (tp, or tp * sum_k for top_k_first, as the full path),
+//    S_gt summed in double over the list (ties share S_gt: kept together); tp <= 0 keeps the
+//    maximum's ties;
+//  - the draw: weights w = v >= max(thr_k, thr_p); every survivor's running sum in vocabulary
+//    order (the weights of the survivors at or before its index, summed in list order) and the
+//    total in the same order (so the last index's running sum has the total's bits); the sample
+//    is the smallest index whose running sum exceeds u * total (the full path's rule), else the
+//    last index with weight.
+// The sums run in another order than the full path's (slices, then ranks), so a sample may
+// differ from it only where u * total lies within rounding of a CDF boundary.
+template <typename T, bool kVec>
+__device__ bool survivors_draw(const Params& p, int64_t i, const f::Src<T, kVec, true>& src,
+                               int64_t start_col, float thr_k, float sum_k, float tp, bool joint,
+                               f::Shared& fs, Shared& s) {
+  namespace cg = cooperative_groups;
+  const int cluster = p.cluster;
+  const int64_t len = src.len;
+  const int t = static_cast<int>(threadIdx.x);
+  // 1. This CTA's survivors, staged.
+  int mine = 0;
+  bool bad = false;
+  for (int64_t j = t; j < len; j += kThreads) {
+    const float v = src.c[j];
+    bad |= f::bad_prob(v);
+    mine += v >= thr_k ? 1 : 0;
+  }
+  int slot = f::block_exclusive_scan<int>(mine, fs.scan_i);  // ends with __syncthreads
+  bad = __syncthreads_or(bad);
+  if (t == kThreads - 1) {
+    s.surv_n = slot + mine;
+    s.surv_bad = bad ? 1 : 0;
+  }
+  if (mine > 0) {
+    for (int64_t j = t; j < len; j += kThreads) {
+      const float v = src.c[j];
+      if (v >= thr_k) {
+        if (slot < kSurvivors) {
+          fs.tot_count[slot] = static_cast<int>(start_col + j);
+          fs.tot_mass[slot] = v;
+        }
+        ++slot;
+      }
+    }
+  }
+  // 2. Every rank's count and flag (rank order): offsets, the row's count and flag.
+  if (cluster > 1)
+    cg::this_cluster().sync();
+  else
+    __syncthreads();
+  if (t < 32) {
+    int n = 0, b = 0;
+    if (t < cluster) {
+      const Shared* from = cluster > 1 ? cg::this_cluster().map_shared_rank(&s, t) : &s;
+      n = from->surv_n;
+      b = from->surv_bad;
+    }
+    int inc = n;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xFFFFFFFFu, inc, o);
+      if (t >= o) inc += y;
+    }
+    if (t < cluster) s.surv_off[t] = inc - n;
+    const int total = __shfl_sync(0xFFFFFFFFu, inc, 31);
+    const bool any = __any_sync(0xFFFFFFFFu, b != 0);
+    if (t == 0) {
+      s.surv_total = total;
+      s.surv_any_bad = any ? 1 : 0;
+    }
+  }
+  __syncthreads();
+  const int n = s.surv_total;
+  if (n > kSurvivors) return false;  // the same on every rank
+  // 3. The row's survivors, rank order, into this CTA's list.
+  if (t < n) {
+    int r = 0;
+    while (r + 1 < cluster && s.surv_off[r + 1] <= t) ++r;
+    const int j = t - s.surv_off[r];
+    const f::Shared* from = cluster > 1 ? cg::this_cluster().map_shared_rank(&fs, r) : &fs;
+    fs.count[t] = from->tot_count[j];
+    fs.mass[t] = from->tot_mass[j];
+  }
+  __syncthreads();
+  // No remote access follows: arrive at the exit barrier now (the reads above are done), wait
+  // before exiting, so no rank leaves while another still reads its staged survivors.
+  if (cluster > 1) kernels::cluster_arrive();
+  const bool invalid = s.surv_any_bad != 0 || tp != tp;
+  const float v = t < n ? fs.mass[t] : -INFINITY;
+  // 4. Top-p over the survivors (block-uniform branches).
+  float thr_p = -INFINITY;
+  if (!invalid && tp < 1.0f) {
+    if (tp <= 0.0f) {
+      thr_p = kernels::block_max(v, s.red);  // the argmax set
+    } else if (joint || (sum_k >= f::kMinSum && sum_k < INFINITY)) {
+      // top_k_first with a kept sum < 1e-8: the renormalised row is zero, top-p keeps it all.
+      const double target = joint ? tp : tp * sum_k;
+      float keep_min = INFINITY;
+      if (t < n) {
+        double gt = 0.0;
+        for (int q = 0; q < n; ++q) {
+          const float x = fs.mass[q];
+          if (x > v) gt += x;
+        }
+        if (gt < target) keep_min = v;
+      }
+      thr_p = -kernels::block_max(-keep_min, s.red);
+    }
+  }
+  // 5. The draw over w = v >= max(thr_k, thr_p).
+  const float thr = fmaxf(thr_k, thr_p);
+  const int idx = t < n ? fs.count[t] : INT_MAX;
+  const float w = t < n && v >= thr ? v : 0.0f;
+  float run = 0.0f, total = 0.0f;
+  if (t < n) {
+    for (int q = 0; q < n; ++q) {
+      const float x = fs.mass[q] >= thr ? fs.mass[q] : 0.0f;
+      total += x;
+      if (fs.count[q] <= idx) run += x;
+    }
+  }
+  if (t == 0) {
+    s.step_total = total;
+    s.found = INT_MAX;
+    s.last_pos = -1;
+  }
+  __syncthreads();
+  total = s.step_total;
+  const bool ok = !invalid && total > 0.0f && total < INFINITY;
+  if (ok && w > 0.0f) {
+    const int64_t seed = p.seed[p.seed_per_row ? i : 0];
+    const int64_t offset = p.offset[p.offset_per_row ? i : 0];
+    const float target = uniform(seed, offset, i, 0) * total;
+    atomicMax(&s.last_pos, idx);
+    if (run > target) atomicMin(&s.found, idx);
+  }
+  __syncthreads();
+  if (ok)
+    write_result(p, i, s.found != INT_MAX ? s.found : s.last_pos, true);
+  else
+    write_result(p, i, 0, false);
+  if (cluster > 1) kernels::cluster_wait();
+  return true;
+}
+
 // Per-source-row filter parameters of top_k_top_p_sampling_from_probs.
 struct FilterParams {
   const void* k_arr;  // int32/int64 [B] or null
@@ -308,6 +474,11 @@ __global__ void __launch_bounds__(kThreads) top_k_top_p_kernel(Params p, FilterP
         f::radix_threshold<false, false>(src, 0.0f, static_cast<int>(k), fs, cluster);
     thr_k = t.value;
     sum_k = t.kept_sum;
+  }
+  if constexpr (kCache) {  // the rest over the top-k survivors when they fit (cluster-uniform)
+    if (k_on && k <= kSurvivors &&
+        survivors_draw<T, kVec>(p, i, src, start, thr_k, sum_k, tp, fp.joint, fs, s))
+      return;
   }
   // Top-p: keep v >= thr_p. On the original row (joint) the rule is S_gt(v) < tp; on the top-k
   // renormalised row (top_k_first) it is S_gt(v) / sum_k < tp, i.e. S_gt(v) < tp * sum_k over the
