@@ -393,7 +393,8 @@ def test_survivors_draw_matches_reference(b, v):
             for k in (1, 2, 20, 50, 256, 257, 1000, ks):
                 for p in (-1.0, 0.0, 1e-6, 0.3, 0.9, 0.999, 1.0, ps):
                     _check_filtered(probs, k, p, order, seed=7)
-            got, valid = _check_filtered(probs, 50, float("nan"), order, seed=7)
+            nan_p = torch.full((b,), float("nan"), device="cuda")  # a NaN float raises
+            got, valid = _check_filtered(probs, 50, nan_p, order, seed=7)
             assert not valid.any() and not got.any()
 
 
@@ -423,6 +424,12 @@ def test_survivors_draw_ties_and_invalid_rows():
                 got, valid = _check_filtered(bad, k, 0.9, order, seed=2)
                 assert valid.tolist() == [False, False, False, True]
                 assert got[:3].tolist() == [0, 0, 0]
+                # check_nan=True: the NaN row raises; rows without NaN draw as unchecked.
+                with pytest.raises(ValueError, match="check_nan"):
+                    top_k_top_p_sampling_from_probs(bad, k, 0.9, check_nan=True, backend="cuda")
+                kw = dict(filter_apply_order=order, seed=2, backend="cuda")
+                checked = top_k_top_p_sampling_from_probs(bad[1:], k, 0.9, check_nan=True, **kw)
+                assert torch.equal(checked, top_k_top_p_sampling_from_probs(bad[1:], k, 0.9, **kw))
 
 
 def test_survivors_draw_is_deterministic_and_graph_safe():
