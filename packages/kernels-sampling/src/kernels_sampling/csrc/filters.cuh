@@ -802,7 +802,8 @@ __global__ void __launch_bounds__(kThreads) top_p_renorm_kernel(bool, Params p) 
     return;
   }
   const Threshold t =
-      radix_threshold<true, true>(src, tp, 0, s, p.cluster, 0u, p.slice <= kExactMassSlice);
+      radix_threshold<true, true>(src, tp, 0, s, p.cluster, 0u,
+                                  kCache || p.slice <= kExactMassSlice);  // cached: always
   write_renorm(p, src, t.value, t.kept_sum, t.bad);
 }
 
@@ -850,6 +851,8 @@ KernelFn kernel_for(int mode) {
 constexpr int64_t kMinCachedSlice = 2048;
 constexpr int64_t kMinStreamedSlice = 4096;
 constexpr int kCacheBytes = 160 * 1024;
+// A cached slice always takes the exact bin masses (the kernels pass kCache as the flag).
+static_assert(kCacheBytes / 4 <= kExactMassSlice);
 
 struct Shape {
   int cluster;

@@ -394,7 +394,9 @@ __device__ bool survivors_draw(const Params& p, int64_t i, const f::Src<T, kVec,
           const float x = fs.mass[q];
           if (x > v) gt += x;
         }
-        if (gt < target) keep_min = v;
+        // gt == 0: the maximum, kept whenever tp > 0 (as the reference), even where tp * sum_k
+        // underflows to 0 in fp32.
+        if (gt < target || gt == 0.0) keep_min = v;
       }
       thr_p = -kernels::block_max(-keep_min, s.red);
     }
@@ -503,8 +505,10 @@ __global__ void __launch_bounds__(kThreads) top_k_top_p_kernel(Params p, FilterP
       // top_k_first with a kept sum < 1e-8: the renormalised row is zero, top-p keeps it all.
       const float target = fp.joint ? tp : tp * sum_k;
       const uint32_t floor_key = k_on ? f::key_of(thr_k) : 0u;
+      // Cached slices (<= kCacheBytes / 4 values) always take the exact masses: a constant
+      // there (a runtime flag kept 200 B of the top-p search's registers in local memory).
       thr_p = f::radix_threshold<true, false>(src, target, 0, fs, cluster, floor_key,
-                                              p.slice <= f::kExactMassSlice)
+                                              kCache || p.slice <= f::kExactMassSlice)
                   .value;
     }
   }
