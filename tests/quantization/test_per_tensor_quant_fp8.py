@@ -4,6 +4,7 @@ shape, saturation, the all-zero edge, empty input, bad arguments, opcheck."""
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 import torch
@@ -386,6 +387,26 @@ def test_cuda_resident_absmax_anywhere(device, dtype):
         y[where] = float("nan")
         _run_both(y)
     _run_both(torch.zeros(n, dtype=dtype, device=device))
+
+
+@pytest.mark.parametrize("device", (GPU,))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_static_unroll_limit(device, dtype):
+    """Static x of at most SMs x 1024 vectors runs one vector a thread, one vector more 4 a
+    thread (quantize_kernel's last template argument); both sides with a tail and a saturating
+    value, flat and as rows of a wider buffer."""
+    vec = 16 // dtype.itemsize
+    last = torch.cuda.get_device_properties(device).multi_processor_count * 1024
+    scale = torch.tensor([0.02], device=device)
+    for n, unroll in ((3, "1"), (7168, "1"), (last * vec + vec - 1, "1"), ((last + 1) * vec, "4")):
+        x = randn(n, dtype=dtype, device=device, seed=n, scale=5.0)
+        x[-1] = 1e4
+        names = _cuda_kernels(lambda x=x: _run_both(x, scale))
+        assert re.findall(r"quantize_kernel<[^>]*, (\d)>\(", names) == [unroll], names
+    rows = last * vec // 4096
+    base = randn(rows + 1, 4096 + 8, dtype=dtype, device=device, seed=4, scale=7.0)
+    _run_both(base[:rows, :4096], scale)
+    _run_both(base[:, :4096], scale)
 
 
 @pytest.mark.parametrize("device", (GPU,))
