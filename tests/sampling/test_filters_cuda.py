@@ -265,12 +265,24 @@ def _filters_path(x: torch.Tensor, mode: int) -> int:
 def test_auto_path_follows_the_batch():
     # V = 128256 fp32: 4+ CTAs per row of <= 160 KB each, so one wave holds ~33 rows at most.
     # min_p (mode 0) streams at every batch size: it reads the row twice (choose_shape).
-    assert _filters_path(_probs(1, 128256, seed=0), 0) == 0
+    assert _filters_path(_probs(1, 128256, seed=0), 0) < 0
     for mode in range(4):
         if mode > 0:
             assert _filters_path(_probs(1, 128256, seed=0), mode) >= 4, mode
-        assert _filters_path(_probs(64, 128256, seed=0), mode) == 0, mode
-        assert _filters_path(_probs(512, 4096, seed=0), mode) == 0, mode
+        assert _filters_path(_probs(64, 128256, seed=0), mode) < 0, mode
+        assert _filters_path(_probs(512, 4096, seed=0), mode) == -1, mode
+
+
+def test_streamed_clusters_are_one_wave():
+    """Streamed CTAs per row (min_p): a power of two up to 8 (8 at B 1), at most the SMs' worth
+    of CTAs, never more as the batch grows (fewer where the clusters would not all be
+    resident at once)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sizes = [-_filters_path(_probs(b, 128256, seed=0), 0) for b in range(1, 41)]
+    assert sizes[0] == 8, sizes
+    for b, c in enumerate(sizes, start=1):
+        assert c in (1, 2, 4, 8) and (c == 1 or b * c <= sms), (b, sizes)
+    assert sizes == sorted(sizes, reverse=True), sizes
 
 
 @pytest.mark.parametrize("path", ["cached", "streamed"])
@@ -294,6 +306,7 @@ def test_both_paths_match_reference(path, b, v):
     tied = tied / tied.sum(1, keepdim=True)
     with force_cuda_path(path):
         assert (_filters_path(probs, 1) > 0) == (path == "cached")
+        assert _filters_path(probs, 0) != 0
         for x in (probs, tied):
             for k in (ks, 1, 50):
                 assert_close(

@@ -888,10 +888,12 @@ inline int batch_cluster(int device, int64_t rows, int64_t cols, int max_cluster
   return c;
 }
 
-// Clusters of `cluster` CTAs of the cached `kernel` (`smem` dynamic bytes) resident at once
-// (0: none fit), cached per (kernel, device, cluster, smem). The first query per kernel and
-// device opts it into non-portable cluster sizes and the shared cache.
-inline int active_clusters(const void* kernel, int device, int cluster, int smem) {
+// Clusters of `cluster` CTAs of `kernel` (`smem` dynamic bytes) resident at once (0: none fit,
+// or the query was refused), cached per (kernel, device, cluster, smem). The first query of a
+// cached kernel on a device opts it into non-portable cluster sizes and the shared cache; the
+// streamed kernels (portable sizes, static shared memory alone) are queried as they launch.
+inline int active_clusters(const void* kernel, int device, int cluster, int smem,
+                           bool opt_in = true) {
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, int, int>, int> memo;
   std::lock_guard<std::mutex> lock(mu);
@@ -899,10 +901,11 @@ inline int active_clusters(const void* kernel, int device, int cluster, int smem
   const auto it = memo.find(key);
   if (it != memo.end()) return it->second;
   int active = 0;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
-          cudaSuccess &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCacheBytes) ==
-          cudaSuccess) {
+  if (!opt_in ||
+      (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+           cudaSuccess &&
+       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCacheBytes) ==
+           cudaSuccess)) {
     const kernels::LaunchConfig query(dim3(static_cast<unsigned>(cluster)), dim3(kThreads),
                                       static_cast<size_t>(smem), nullptr, false,
                                       static_cast<unsigned>(cluster));
@@ -913,15 +916,19 @@ inline int active_clusters(const void* kernel, int device, int cluster, int smem
   return active;
 }
 
-// The shape for `rows` rows of `cols` elements in packs of n, given the cached kernel; the
-// streamed kernels take clusters of at most max_streamed CTAs (filters 8, draws 1). `caches`:
+// The shape for `rows` rows of `cols` elements in packs of n, given the cached and streamed
+// kernels; the streamed kernels take clusters of at most max_streamed CTAs (filters 8, draws 1:
+// `streamed` may be null there), halved while the batch's clusters are not all resident at once
+// (the GPCs hold whole clusters: 132 SMs need not keep 16 clusters of 8, and a 16th cluster
+// that waits for a free GPC doubles the call; min_p B 16 on the H200 took 24.9 us to B 1's
+// 11.5 with the same CTAs per row, 2026-12-04). `caches`:
 // whether the op's automatic choice may take the cached shape. Only the radix selects (top_k,
 // top_p, top_k_mask, the top-k/top-p draw: 3+ passes over the row) gain from it; min_p and the
 // plain draw read the row twice, mostly from L2, and were slower cached at B = 1 on the H200
 // (2026-12-04, V = 128256: min_p 11.9 -> 14.2 us, sampling_from_probs 17.9 -> 25.4 us). The
 // test hook still forces either shape for every op (one kernel body, kCache a parameter).
-inline Shape choose_shape(const void* cached, int device, int64_t rows, int64_t cols, int64_t n,
-                          int max_streamed, bool caches) {
+inline Shape choose_shape(const void* cached, const void* streamed, int device, int64_t rows,
+                          int64_t cols, int64_t n, int max_streamed, bool caches) {
   const int force = forced_path();
   if (force == 1 || (force == -1 && caches)) {
     int fit = 1;  // CTAs per row for a slice to fit the cache
@@ -933,7 +940,12 @@ inline Shape choose_shape(const void* cached, int device, int64_t rows, int64_t 
       if (force == 1 ? active > 0 : rows <= active) return Shape{c, true, slice};
     }
   }
-  const int c = batch_cluster(device, rows, cols, max_streamed, kMinStreamedSlice);
+  int c = batch_cluster(device, rows, cols, max_streamed, kMinStreamedSlice);
+  while (c > 1) {
+    const int active = active_clusters(streamed, device, c, 0, false);
+    if (active == 0 || rows <= active) break;  // a refused query keeps the size
+    c /= 2;
+  }
   return Shape{c, false, slice_for(cols, c, n)};
 }
 
@@ -960,7 +972,8 @@ bool vectorizable(const Params& p) {
 
 template <typename T, bool kVec>
 Shape shape_for(int mode, int device, int64_t rows, int64_t cols) {
-  return choose_shape(reinterpret_cast<const void*>(kernel_for<T, kVec, true>(mode)), device,
+  return choose_shape(reinterpret_cast<const void*>(kernel_for<T, kVec, true>(mode)),
+                      reinterpret_cast<const void*>(kernel_for<T, kVec, false>(mode)), device,
                       rows, cols, kernels::pack_width<T, kVec>, kMaxStreamedCluster,
                       mode != kMinP);
 }
@@ -1070,8 +1083,9 @@ inline void top_k_mask_logits(tvm::ffi::TensorView out, tvm::ffi::TensorView log
 }
 
 // Test hooks. sampling_filters_path: the path a call of `mode` (0 min_p, 1 top_k, 2 top_p,
-// 3 top_k_mask) on x (and an output laid out like it) takes: the cached cluster size, or 0 when
-// streamed. sampling_force_path: see sampling_filters_detail::force_path.
+// 3 top_k_mask) on x (and an output laid out like it) takes: the cached cluster size, or minus
+// the streamed one (-1: one CTA per row). sampling_force_path: see
+// sampling_filters_detail::force_path.
 inline int64_t sampling_filters_path(tvm::ffi::TensorView x, int64_t mode) {
   namespace d = sampling_filters_detail;
   constexpr const char* kOp = "sampling.filters_path";
@@ -1092,7 +1106,7 @@ inline int64_t sampling_filters_path(tvm::ffi::TensorView x, int64_t mode) {
                 ? d::shape_for<T, true>(static_cast<int>(mode), device, x.size(0), p.cols)
                 : d::shape_for<T, false>(static_cast<int>(mode), device, x.size(0), p.cols);
   });
-  return shape.cache ? shape.cluster : 0;
+  return shape.cache ? shape.cluster : -shape.cluster;
 }
 
 inline void sampling_force_path(int64_t path) { sampling_filters_detail::force_path(path); }

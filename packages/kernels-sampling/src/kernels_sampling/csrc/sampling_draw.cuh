@@ -615,8 +615,8 @@ template <typename T, bool kVec>
 f::Shape shape_for(int device, int64_t out_rows, int64_t cols, bool filtered) {
   const auto cached = filtered ? reinterpret_cast<const void*>(top_k_top_p_kernel<T, kVec, true>)
                                : reinterpret_cast<const void*>(draw_kernel<T, kVec, true>);
-  return f::choose_shape(cached, device, out_rows, cols, kernels::pack_width<T, kVec>, 1,
-                         filtered);
+  return f::choose_shape(cached, nullptr, device, out_rows, cols, kernels::pack_width<T, kVec>,
+                         1, filtered);
 }
 
 template <typename T, bool kVec, typename... Extra>
