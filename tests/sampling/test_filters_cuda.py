@@ -381,6 +381,59 @@ def test_threshold_bin_of_every_size(path, group, v):
             _check_top_p(top_p_renorm_probs(x, p, backend="cuda"), x, p)
 
 
+def _sparse_rows(b: int, v: int, where: list[int], dtype, seed: int) -> torch.Tensor:
+    """Probabilities whose few large entries sit at `where` (every row; -1: the last), the rest
+    small and distinct: the streamed passes after the first read only their groups."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(b, v, generator=g) * 1e-6 + 1e-7
+    for i, pos in enumerate(where):
+        x[:, pos] = 0.5 / (i + 1)
+    return (x / x.sum(1, keepdim=True)).to(device="cuda", dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "misaligned"])
+@pytest.mark.parametrize(("b", "v"), [(1, 4099), (3, 128256), (40, 65536 + 33)])
+def test_streamed_group_skipping(dtype, layout, b, v):
+    # Streamed (clusters of 8 CTAs at B 1 and 3, 2 at B 40): the first sweep records each group's
+    # largest key (32 packs: 128 fp32 / 256 bf16 values, 32 values on the misaligned scalar
+    # path); the top-k passes, the kept sums and the writes then read only the groups that hold
+    # a kept value. Large entries at the row's ends, a group's edges and slice edges.
+    from kernels_sampling._common import force_cuda_path
+
+    slice_edge = v // 8
+    where = [0, v - 1, 127, 128, slice_edge - 1, slice_edge, v // 2 + 5, 255, 256]
+    probs = _layout(_sparse_rows(b, v, where, dtype, seed=b + v), layout)
+    logits = probs.float().log().to(dtype)
+    logits[:, 3] = float("-inf")
+    with force_cuda_path("streamed"):
+        for k in (1, 3, len(where), 50):
+            assert_close(
+                top_k_renorm_probs(probs, k, backend="cuda"),
+                reference.top_k_renorm_probs(probs, k),
+                name=f"k={k}",
+            )
+            got = top_k_mask_logits(logits, k, backend="cuda")
+            assert torch.equal(got, reference.top_k_mask_logits(logits, k)), f"k={k}"
+        for mp in (0.0, 0.3, 0.9, 1.0):
+            assert_close(
+                min_p_renorm_probs(probs, mp, backend="cuda"),
+                reference.min_p_renorm_probs(probs, mp),
+                name=f"min_p={mp}",
+            )
+        for p in (0.0, 0.4, 0.8, 1.0):
+            _check_top_p(top_p_renorm_probs(probs, p, backend="cuda"), probs, p)
+        bad = probs.clone()
+        bad[-1, v // 2 + 5] = float("nan")  # a NaN in a read group: the row is NaN
+        bad[0, 1000] = float("nan")  # and in a group the later passes would skip
+        assert_close(
+            top_k_renorm_probs(bad, 3, backend="cuda"), reference.top_k_renorm_probs(bad, 3)
+        )
+        assert_close(
+            min_p_renorm_probs(bad, 0.3, backend="cuda"), reference.min_p_renorm_probs(bad, 0.3)
+        )
+
+
 # ---- exact mass histograms (filters.cuh exact_mass_add) and their fp32 fallback ----
 
 

@@ -6,7 +6,11 @@
 //    memory once (16-byte packs, four in flight per thread) into a <= 160 KB fp32 shared cache;
 //    every pass below reads that copy.
 //  - streamed (larger batches): one CTA of 1024 threads per row (a portable cluster of 2-8 CTAs
-//    while the batch leaves SMs idle), the row streamed from global memory every pass.
+//    while the batch leaves SMs idle and the clusters are all resident at once), the row streamed
+//    from global memory every pass. The first sweep records the largest key of each group of 32
+//    packs in shared memory (4 KB a row at V = 128256 fp32); the passes after it read only the
+//    groups that can hold what they look for, and the write stores the dropped value into the
+//    others unread (k = 50 of 128256: ~5% of the row re-read instead of all of it, twice).
 // Histograms and reductions of a cluster are combined through distributed shared memory in rank
 // order (every CTA holds identical bits, no float atomics across CTAs). Passes:
 //   min_p:  max (+ bad-row flag) | kept sum | write.
@@ -78,6 +82,7 @@ struct Params {
   double value;   // the scalar k or p when param is null
   int cluster;    // CTAs per row (a thread-block cluster when > 1), each over one slice
   int64_t slice;  // elements per CTA slice (a multiple of the pack width)
+  bool record;    // streamed: the groups' largest keys kept in dynamic shared memory
 };
 
 // Order-preserving key of a float: all NaNs are the largest (like torch.sort), -0 == +0.
@@ -152,6 +157,125 @@ __device__ __forceinline__ void map_row(const T* row, T* out, int64_t cols, F&& 
       }
     }
   }
+}
+
+// Groups of the streamed passes: one warp's packs of one step of for_row (32 packs: 32 N
+// consecutive values of the slice). The first sweep records each group's largest key_of in
+// shared memory; later passes skip the groups whose largest key is below what they look for, and
+// the write stores the dropped value there without reading them. At k = 50 of V = 128256 the
+// top-k passes after the first and the write read ~5% of the row, where each re-read of a row of
+// a large batch otherwise comes from HBM (128 rows of 513 KB overflow the L2).
+template <typename T, bool kVec>
+constexpr int64_t kGroupElems = int64_t{32} * kernels::pack_width<T, kVec>;
+
+// The rounds of the thread's packs, in for_row's order: round(w, lane, step), w the start of the
+// warp's first group of the round (warp-uniform), lane the thread's offset in a group, step one
+// block-wide step; the round's groups start at w + u * step (u < kUnroll, those below cols).
+template <typename T, bool kVec, typename Round>
+__device__ __forceinline__ void for_groups(int64_t cols, Round&& round) {
+  constexpr int N = kernels::pack_width<T, kVec>;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * N;
+  const int64_t first = static_cast<int64_t>(threadIdx.x >> 5) * 32 * N;
+  const int64_t lane = static_cast<int64_t>(threadIdx.x & 31) * N;
+  for (int64_t w = first; w < cols; w += step * kUnroll) round(w, lane, step);
+}
+
+// fn(value) over the row as for_row (each thread's values in the same order), recording gmax[g],
+// the largest key of group g (a warp reduction).
+template <typename T, bool kVec, typename F>
+__device__ __forceinline__ void for_row_recording(const T* row, int64_t cols, uint32_t* gmax,
+                                                  F&& fn) {
+  constexpr int N = kernels::pack_width<T, kVec>;
+  using P = kernels::Pack<T, N>;
+  for_groups<T, kVec>(cols, [&](int64_t w, int64_t lane, int64_t step) {
+    P p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (w + u * step + lane < cols) p[u].load_cached(row + w + u * step + lane);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g0 = w + u * step;
+      if (g0 >= cols) break;  // warp-uniform
+      uint32_t m = 0u;
+      if (g0 + lane < cols) {
+        float f[N];
+        p[u].unpack(f);
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          fn(f[j]);
+          m = max(m, key_of(f[j]));
+        }
+      }
+      m = __reduce_max_sync(0xFFFFFFFFu, m);
+      if (lane == 0) gmax[g0 / (32 * N)] = m;
+    }
+  });
+}
+
+// fn(value) over the groups whose recorded largest key is >= floor (each thread's values in
+// for_row's order); the others hold no value whose key is >= floor.
+template <typename T, bool kVec, typename F>
+__device__ __forceinline__ void for_row_above(const T* row, int64_t cols, const uint32_t* gmax,
+                                              uint32_t floor, F&& fn) {
+  constexpr int N = kernels::pack_width<T, kVec>;
+  using P = kernels::Pack<T, N>;
+  for_groups<T, kVec>(cols, [&](int64_t w, int64_t lane, int64_t step) {
+    P p[kUnroll];
+    bool take[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g0 = w + u * step;
+      take[u] = g0 + lane < cols && gmax[g0 / (32 * N)] >= floor;
+      if (take[u]) p[u].load_cached(row + g0 + lane);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (take[u]) {
+        float f[N];
+        p[u].unpack(f);
+#pragma unroll
+        for (int j = 0; j < N; ++j) fn(f[j]);
+      }
+    }
+  });
+}
+
+// out = fn(value) over the row, except the groups whose recorded largest key is below floor:
+// `dropped` there, unread (fn must give `dropped` for every value whose key is below floor).
+template <typename T, bool kVec, typename F>
+__device__ __forceinline__ void map_row_above(const T* row, T* out, int64_t cols,
+                                              const uint32_t* gmax, uint32_t floor, float dropped,
+                                              F&& fn) {
+  constexpr int N = kernels::pack_width<T, kVec>;
+  using P = kernels::Pack<T, N>;
+  for_groups<T, kVec>(cols, [&](int64_t w, int64_t lane, int64_t step) {
+    P p[kUnroll];
+    bool take[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g0 = w + u * step;
+      take[u] = g0 + lane < cols && gmax[g0 / (32 * N)] >= floor;
+      if (take[u]) p[u].load_stream(row + g0 + lane);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t e = w + u * step + lane;
+      if (e < cols) {
+        float f[N];
+        if (take[u]) {
+          p[u].unpack(f);
+#pragma unroll
+          for (int j = 0; j < N; ++j) f[j] = fn(f[j]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < N; ++j) f[j] = dropped;
+        }
+        P q;
+        q.pack(f);
+        q.store_stream(out + e);
+      }
+    }
+  });
 }
 
 // Exclusive prefix sum over the block (blockDim.x a multiple of 32, <= 1024), thread order.
@@ -329,7 +453,7 @@ __device__ Threshold radix_threshold_on_candidates(const Src& src, float target_
   __syncthreads();
   const int base = s.gather_base;
   float above_local = 0.0f;
-  src.each([&](float v) {
+  src.each_above(max(floor_key, sel0 << 21), [&](float v) {
     const uint32_t k = key_of(v);
     if (k < floor_key) return;
     const uint32_t digit = k >> 21;
@@ -469,7 +593,9 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
     __syncthreads();
     float above_local = 0.0f;  // last pass: sum of the values above the final key range
     const bool last = pass == 2;
-    src.each([&](float v) {
+    // Pass 0 sees every value (the streamed kernels record the groups' largest keys); the later
+    // passes only keys >= prefix, those in the range or above it.
+    const auto visit = [&](float v) {
       if (kProbs && pass == 0) bad |= bad_prob(v);
       const uint32_t k = key_of(v);
       if (k < floor_key) return;
@@ -483,7 +609,11 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
       } else if (last && (k & himask) > prefix) {
         above_local += v;
       }
-    });
+    };
+    if (pass == 0)
+      src.each_first(visit);
+    else
+      src.each_above(max(floor_key, prefix), visit);
     // Block-level scalars; cluster > 1 combines them with the histograms below.
     if (kProbs && pass == 0) bad = __syncthreads_or(bad);
     if (!kProbs) bad = false;
@@ -632,9 +762,11 @@ __device__ Threshold radix_threshold(const Src& src, float target_p, int target_
 // (kCache) read once into shared memory as fp32 and every pass reads that copy.
 template <typename T, bool kVec, bool kCache>
 struct Src {
+  static constexpr bool kCached = kCache;
   const T* g;
   const float* c;
   int64_t len;
+  uint32_t* gmax = nullptr;  // streamed, where recorded: each group's largest key (kGroupElems)
   template <typename F>
   __device__ __forceinline__ void each(F&& fn) const {
     if constexpr (kCache) {
@@ -642,6 +774,30 @@ struct Src {
     } else {
       for_row<T, kVec>(g, len, fn);
     }
+  }
+  // each(fn) as the kernel's first sweep: it records gmax (streamed, where recorded).
+  template <typename F>
+  __device__ __forceinline__ void each_first(F&& fn) const {
+    if constexpr (!kCache) {
+      if (gmax != nullptr) return for_row_recording<T, kVec>(g, len, gmax, fn);
+    }
+    each(fn);
+  }
+  // fn(value) for (at least) every value whose key is >= floor, after each_first.
+  template <typename F>
+  __device__ __forceinline__ void each_above(uint32_t floor, F&& fn) const {
+    if constexpr (!kCache) {
+      if (gmax != nullptr) return for_row_above<T, kVec>(g, len, gmax, floor, fn);
+    }
+    each(fn);
+  }
+  // map(out, fn), after each_first, where fn(v) is `dropped` for every v whose key is < floor.
+  template <typename F>
+  __device__ __forceinline__ void map_above(T* out, uint32_t floor, float dropped, F&& fn) const {
+    if constexpr (!kCache) {
+      if (gmax != nullptr) return map_row_above<T, kVec>(g, out, len, gmax, floor, dropped, fn);
+    }
+    map(out, fn);
   }
   // out = fn(value) over the slice.
   template <typename F>
@@ -698,6 +854,8 @@ __device__ __forceinline__ Src<T, kVec, kCache> make_src(const Params& p) {
                            slice_len(p)};
   if constexpr (kCache)
     fill_cache<T, kVec>(src.g, reinterpret_cast<float*>(filters_cache_), src.len);
+  else if (p.record)
+    src.gmax = reinterpret_cast<uint32_t*>(filters_cache_);
   return src;
 }
 
@@ -718,19 +876,29 @@ __device__ __forceinline__ void write_renorm(const Params& p, const S& src, floa
   using T = std::remove_const_t<std::remove_pointer_t<decltype(src.g)>>;
   bad = bad || !(sum < INFINITY);
   const bool tiny = sum < kMinSum;
-  src.map(row_out<T>(p), [&](float v) {
-    if (bad) return NAN;
-    return (v >= thr && !tiny) ? v / sum : 0.0f;
-  });
+  if (S::kCached) {  // one loop over the shared copy (the cached kernels' code as it was)
+    src.map(row_out<T>(p), [&](float v) {
+      if (bad) return NAN;
+      return (v >= thr && !tiny) ? v / sum : 0.0f;
+    });
+    return;
+  }
+  if (bad || tiny) {
+    src.map(row_out<T>(p), [&](float) { return bad ? NAN : 0.0f; });
+    return;
+  }
+  // A good row holds no NaN: key_of(v) < key_of(thr) iff v < thr.
+  src.map_above(row_out<T>(p), key_of(thr), 0.0f,
+                [&](float v) { return v >= thr ? v / sum : 0.0f; });
 }
 
-// Sum of the values >= thr (and the bad flag) in one pass.
+// Sum of the values >= thr and the bad flag, as the kernel's first sweep.
 template <typename S>
 __device__ __forceinline__ float kept_sum_pass(const Params& p, const S& src, float thr, bool& bad,
                                                Shared& s) {
   float part = 0.0f;
   bool b = false;
-  src.each([&](float v) {
+  src.each_first([&](float v) {
     b |= bad_prob(v);
     if (v >= thr) part += v;
   });
@@ -738,12 +906,24 @@ __device__ __forceinline__ float kept_sum_pass(const Params& p, const S& src, fl
   return row_sum(part, s, p.cluster);
 }
 
-// The bad-row flag and the maximum in one pass.
+// Sum of the values >= thr after the first sweep (thr not NaN; every value >= thr is visited,
+// in each thread's order, so the sum's bits do not depend on the groups skipped).
+template <typename S>
+__device__ __forceinline__ float kept_sum_above(const Params& p, const S& src, float thr,
+                                                Shared& s) {
+  float part = 0.0f;
+  src.each_above(key_of(thr), [&](float v) {
+    if (v >= thr) part += v;
+  });
+  return row_sum(part, s, p.cluster);
+}
+
+// The bad-row flag and the maximum, as the kernel's first sweep.
 template <typename S>
 __device__ __forceinline__ float bad_and_max(const Params& p, const S& src, bool& bad, Shared& s) {
   float mx = -INFINITY;
   bool b = false;
-  src.each([&](float v) {
+  src.each_first([&](float v) {
     b |= bad_prob(v);
     mx = fmaxf(mx, v);
   });
@@ -760,8 +940,7 @@ __global__ void __launch_bounds__(kThreads) min_p_kernel(bool, Params p) {
   const float mp = float_param(p);
   const bool bad_param = !(mp >= 0.0f && mp <= 1.0f);
   const float thr = mp * mx;
-  bool unused;
-  const float sum = kept_sum_pass(p, src, thr, unused, s);
+  const float sum = kept_sum_above(p, src, thr, s);
   write_renorm(p, src, thr, sum, bad || bad_param);
 }
 
@@ -796,8 +975,7 @@ __global__ void __launch_bounds__(kThreads) top_p_renorm_kernel(bool, Params p) 
     bool bad;
     const float mx = bad_and_max(p, src, bad, s);
     const float thr = tp <= 0.0f ? mx : -INFINITY;  // the argmax set, or the whole row
-    bool unused;
-    const float sum = kept_sum_pass(p, src, thr, unused, s);
+    const float sum = kept_sum_above(p, src, thr, s);
     write_renorm(p, src, thr, sum, bad);
     return;
   }
@@ -816,7 +994,14 @@ __global__ void __launch_bounds__(kThreads) top_k_mask_kernel(bool, Params p) {
   bool keep_all = k <= 0 || k >= p.cols;
   if (!keep_all)
     thr = radix_threshold<false, false>(src, 0.0f, static_cast<int>(k), s, p.cluster).value;
-  src.map(row_out<T>(p), [&](float v) { return (keep_all || v >= thr) ? v : -INFINITY; });
+  if (kCache || keep_all) {
+    src.map(row_out<T>(p), [&](float v) { return (keep_all || v >= thr) ? v : -INFINITY; });
+    return;
+  }
+  // key_of(v) < key_of(thr) iff v < thr (a NaN v has the largest key: never skipped; a NaN thr
+  // drops every value).
+  src.map_above(row_out<T>(p), key_of(thr), -INFINITY,
+                [&](float v) { return v >= thr ? v : -INFINITY; });
 }
 
 using KernelFn = void (*)(bool, Params);
@@ -858,7 +1043,12 @@ struct Shape {
   int cluster;
   bool cache;
   int64_t slice;
+  size_t streamed_smem = 0;  // dynamic shared memory of a streamed launch (the group record)
 };
+
+// The streamed filters keep the group record (4 bytes per kGroupElems values of a slice: 4 KB at
+// V = 128256 fp32 in one CTA) up to this size, else every pass reads the whole slice.
+constexpr int64_t kMaxRecordBytes = 32 * 1024;
 
 // Test hook (exported by both modules): -1 lets choose_shape decide, 0 forces the streamed
 // kernels, 1 the cached ones (where a slice of at most 16 fits the cache). Per module (modules
@@ -949,6 +1139,23 @@ inline Shape choose_shape(const void* cached, const void* streamed, int device, 
   return Shape{c, false, slice_for(cols, c, n)};
 }
 
+// Opts a streamed kernel into kMaxRecordBytes of dynamic shared memory for the group record (its
+// static Shared leaves ~2 KB of the default 48 KB per block), once per kernel and device; false
+// where refused (the passes then read whole slices).
+inline bool allow_record(const void* kernel, int device) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, bool> memo;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(kernel, device);
+  const auto it = memo.find(key);
+  if (it != memo.end()) return it->second;
+  const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kMaxRecordBytes)) == cudaSuccess;
+  (void)cudaGetLastError();
+  memo[key] = ok;
+  return ok;
+}
+
 // The launch of a shape: kernel(args...) over rows clusters of shape.cluster CTAs (the cached
 // kernel with its slice of dynamic shared memory). Shared with sampling_draw.cuh.
 template <typename... Params, typename... Args>
@@ -958,7 +1165,8 @@ void launch_shape(const kernels::Launch& ctx, const Shape& shape, int64_t rows,
   TVM_FFI_CHECK(rows * shape.cluster < (int64_t{1} << 31), ValueError)
       << ctx.op << ": the CUDA kernel takes B < 2^31 / " << shape.cluster << " rows, got " << rows;
   kernels::LaunchConfig config(dim3(static_cast<unsigned>(rows * shape.cluster)), dim3(kThreads),
-                               shape.cache ? static_cast<size_t>(shape.slice * 4) : 0,
+                               shape.cache ? static_cast<size_t>(shape.slice * 4)
+                                           : shape.streamed_smem,
                                ctx.stream, false, static_cast<unsigned>(shape.cluster));
   kernels::check_launch(ctx.op, config.launch(kernel, std::forward<Args>(args)...));
 }
@@ -980,9 +1188,14 @@ Shape shape_for(int mode, int device, int64_t rows, int64_t cols) {
 
 template <typename T, bool kVec>
 void launch_vec(const kernels::Launch& ctx, int mode, int64_t rows, Params p) {
-  const Shape shape = shape_for<T, kVec>(mode, ctx.device, rows, p.cols);
+  Shape shape = shape_for<T, kVec>(mode, ctx.device, rows, p.cols);
   p.cluster = shape.cluster;
   p.slice = shape.slice;
+  const int64_t record = (shape.slice + kGroupElems<T, kVec> - 1) / kGroupElems<T, kVec> * 4;
+  p.record = !shape.cache && record <= kMaxRecordBytes &&
+             allow_record(reinterpret_cast<const void*>(kernel_for<T, kVec, false>(mode)),
+                          ctx.device);
+  if (p.record) shape.streamed_smem = static_cast<size_t>(record);
   launch_shape(ctx, shape, rows,
                shape.cache ? kernel_for<T, kVec, true>(mode) : kernel_for<T, kVec, false>(mode),
                false, p);
