@@ -212,6 +212,26 @@ __device__ __forceinline__ void for_row_recording(const T* row, int64_t cols, ui
   });
 }
 
+// One round of the thread's packs (for_groups' w, lane, step): take[u] where the pack is in the
+// slice and its group's recorded largest key is >= floor, those packs loaded (kStream: streaming
+// loads, for the write).
+template <bool kStream, typename T, typename P>
+__device__ __forceinline__ void load_above(const T* row, int64_t cols, const uint32_t* gmax,
+                                           uint32_t floor, int64_t w, int64_t lane, int64_t step,
+                                           P (&p)[kUnroll], bool (&take)[kUnroll]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t g0 = w + u * step;
+    take[u] = g0 + lane < cols && gmax[g0 / (32 * P::size)] >= floor;
+    if (take[u]) {
+      if constexpr (kStream)
+        p[u].load_stream(row + g0 + lane);
+      else
+        p[u].load_cached(row + g0 + lane);
+    }
+  }
+}
+
 // fn(value) over the groups whose recorded largest key is >= floor (each thread's values in
 // for_row's order); the others hold no value whose key is >= floor.
 template <typename T, bool kVec, typename F>
@@ -222,12 +242,7 @@ __device__ __forceinline__ void for_row_above(const T* row, int64_t cols, const 
   for_groups<T, kVec>(cols, [&](int64_t w, int64_t lane, int64_t step) {
     P p[kUnroll];
     bool take[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t g0 = w + u * step;
-      take[u] = g0 + lane < cols && gmax[g0 / (32 * N)] >= floor;
-      if (take[u]) p[u].load_cached(row + g0 + lane);
-    }
+    load_above<false>(row, cols, gmax, floor, w, lane, step, p, take);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (take[u]) {
@@ -251,12 +266,7 @@ __device__ __forceinline__ void map_row_above(const T* row, T* out, int64_t cols
   for_groups<T, kVec>(cols, [&](int64_t w, int64_t lane, int64_t step) {
     P p[kUnroll];
     bool take[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t g0 = w + u * step;
-      take[u] = g0 + lane < cols && gmax[g0 / (32 * N)] >= floor;
-      if (take[u]) p[u].load_stream(row + g0 + lane);
-    }
+    load_above<true>(row, cols, gmax, floor, w, lane, step, p, take);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t e = w + u * step + lane;
