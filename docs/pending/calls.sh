@@ -11,11 +11,10 @@ call=${1:?usage: calls.sh 4|2|6}
 export KERNELS_COMMIT=${KERNELS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 case "$call" in
   4) export TESTS_FILE=docs/pending/gpu-tests-4.txt TESTS_TIMEOUT=${TESTS_LIMIT:-420} ;;
-  2) # sampling (05, 08, 09), per_tensor (07), hadamard (12), layernorm bf16 (11); then layernorm
-     # in fp16 (02, 11; KERNELS_BENCH_DTYPE is read by the layernorm suite alone)
-     export AB="sampling quantization layernorm"
-     export AB_OPS="top_k_renorm top_p_renorm top_k_mask min_p top_k_top_p per_tensor
-       hadamard_transform layernorm"
+  2) # hadamard (12), layernorm bf16 (11); then layernorm in fp16 (02, 11; KERNELS_BENCH_DTYPE
+     # is read by the layernorm suite alone)
+     export AB="quantization layernorm"
+     export AB_OPS="hadamard_transform layernorm"
      export RUN="KERNELS_BENCH_DTYPE=float16 timeout -s INT 100 python3 -m shared.bench.ab run \
        --group layernorm --op layernorm" ;;
   6) # after the reworks of 01, 03/06 and 04 (README.md): their tests, then their A/Bs
