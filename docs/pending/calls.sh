@@ -17,10 +17,10 @@ case "$call" in
      export AB_OPS="hadamard_transform layernorm"
      export RUN="KERNELS_BENCH_DTYPE=float16 timeout -s INT 100 python3 -m shared.bench.ab run \
        --group layernorm --op layernorm" ;;
-  6) # after the reworks of 01, 03/06 and 04 (README.md): their tests, then their A/Bs
+  6) # patches 13 and 14 (reworks of 01, 03/06, 04): their tests, then each path off / default / on
      export TESTS_FILE=docs/pending/gpu-tests-6.txt TESTS_TIMEOUT=${TESTS_LIMIT:-240}
-     export AB="kvcache gemm mamba"
-     export AB_OPS="store_cache reshape_and_cache_flash set_mla_kv_buffer dsv3 causal_conv1d" ;;
+     export RUN="timeout -s INT 90 python3 docs/pending/small_m_ab.py;
+       timeout -s INT 90 python3 docs/pending/thresholds_ab.py" ;;
   *) echo "calls.sh: no call $call (4, 2 or 6)" >&2; exit 2 ;;
 esac
 timeout -k 10 -s INT "${CALL_LIMIT:-470}" bash shared/bench/gpu_session.sh >"$OUT/session.log" 2>&1
