@@ -327,7 +327,8 @@ def per_tensor_quant_fp8_cases(quick: bool) -> Iterator[Case]:
                 return {
                     "x": x,
                     "q": torch.empty(tokens, hidden, device="cuda", dtype=FP8),
-                    "s": torch.empty(1, device="cuda"),
+                    # zeros: only the vLLM peer writes it (ours returns its scale); `ab` compares it
+                    "s": torch.zeros(1, device="cuda"),
                     "scale": torch.tensor([0.01], device="cuda"),
                 }
 
