@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The pending patches' device calls (README.md), one per invocation, on the GPU machine from the
 # repository root of wip/pending (main + docs/pending/*.mbox):
-#   bash docs/pending/calls.sh N     # N = 4, 2 or 6; writes $OUT/t/r.tgz (results + session.log)
-# carry: .whl and .gpu/pack always; .ab for 2 and 6. CALL_LIMIT (s, default 470) bounds the
+#   bash docs/pending/calls.sh N     # N = 4, 2, 6 or 5; writes $OUT/t/r.tgz (results + session.log)
+# carry: .whl and .gpu/pack always; .ab for 2; .peers/flashinfer, .peers/sglang and
+# .peers/vllm_fused_moe for 5 (and no .ab: 64 MiB in all). CALL_LIMIT (s, default 470) bounds the
 # session so that its results are packed within the device tool's limit: a machine start takes
 # ~5-6 minutes of the session's device budget, so lower it when little budget is left.
 set -uo pipefail
-call=${1:?usage: calls.sh 4|2|6}
+call=${1:?usage: calls.sh 4|2|6|5}
 : "${OUT:?the device tool sets OUT}"
 export KERNELS_COMMIT=${KERNELS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 case "$call" in
@@ -21,7 +22,11 @@ case "$call" in
      export TESTS_FILE=docs/pending/gpu-tests-6.txt TESTS_TIMEOUT=${TESTS_LIMIT:-240}
      export RUN="timeout -s INT 90 python3 docs/pending/small_m_ab.py;
        timeout -s INT 90 python3 docs/pending/thresholds_ab.py" ;;
-  *) echo "calls.sh: no call $call (4, 2 or 6)" >&2; exit 2 ;;
+  5) # main's sweep of the groups landed on 2026-12-05 beside the peers, in one run (issue 12's
+     # top_k_mask >= 2x FlashInfer and min_p vs torch.compile; issue 11's fused_moe beside vLLM's
+     # Triton kernel, never run yet); works on main itself, no patch needed
+     export BENCH="${BENCH:-sampling moe quantization}" STATIC_COMPILE=large BENCH_TIMEOUT=420 ;;
+  *) echo "calls.sh: no call $call (4, 2, 6 or 5)" >&2; exit 2 ;;
 esac
 timeout -k 10 -s INT "${CALL_LIMIT:-470}" bash shared/bench/gpu_session.sh >"$OUT/session.log" 2>&1
 status=$?
