@@ -104,6 +104,25 @@ struct Params {
   bool renormalize;
 };
 
+// v[i] /= total for the softmax's exponentials v in [0, 1] and their sum total in [1, E] (the
+// peak's term is 1): one reciprocal and moe_common::div_rn_fast without a division's range-check
+// branch per slot, exact unless some v is in (0, 2^-96) (a logit over 66 below the row's peak):
+// such a row divides plainly.
+template <int kN>
+__device__ __forceinline__ void divide_by_total(float (&v)[kN], float total) {
+  bool tiny = false;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) tiny |= v[i] > 0.0f && v[i] < 0x1p-96f;
+  if (!tiny) {
+    const float r = moe_common::div_rcp(total);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) v[i] = moe_common::div_rn_fast(v[i], total, r);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) v[i] = v[i] / total;
+  }
+}
+
 // The token's probabilities p[e] in lane e % 32, slot e / 32 (0 past E), from the gating row
 // (and the bias row); true when the row is NaN (a NaN or +inf logit: every p NaN). `trigger`:
 // let the next kernel start once the rows are requested (PDL).
@@ -143,20 +162,7 @@ __device__ __forceinline__ bool row_probabilities(const Params& p, int64_t token
     total += v[i];
   }
   total = kernels::warp_sum(total);
-  // p = v / total without a division's range-check branch per slot: total is in [1, E] (the
-  // peak's term is 1) and v in [0, 1], so the fast path is exact unless some v is in
-  // (0, 2^-96) (a logit over 66 below the row's peak): that rare lane divides plainly.
-  bool tiny = false;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) tiny |= v[i] > 0.0f && v[i] < 0x1p-96f;
-  if (!tiny) {
-    const float r = moe_common::div_rcp(total);
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) v[i] = moe_common::div_rn_fast(v[i], total, r);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) v[i] = v[i] / total;
-  }
+  divide_by_total(v, total);  // a lane with a tiny v divides plainly
   // A NaN or +inf logit makes every probability NaN (exp(NaN) or inf - inf in the sum), so the
   // row's weights are all NaN and its keys all rank as +inf (torch's descending sort puts NaN
   // first): ids 0, 1, ... as the reference.
@@ -363,17 +369,7 @@ __global__ void __launch_bounds__(kTokenThreads)
   for (int e = 0; e < kMax; ++e) m[e] = v[e];
   butterfly_sum<kMax>(m);
   const float total = m[0];
-  bool tiny = false;
-#pragma unroll
-  for (int e = 0; e < kMax; ++e) tiny |= v[e] > 0.0f && v[e] < 0x1p-96f;
-  if (!tiny) {
-    const float r = moe_common::div_rcp(total);
-#pragma unroll
-    for (int e = 0; e < kMax; ++e) v[e] = moe_common::div_rn_fast(v[e], total, r);
-  } else {
-#pragma unroll
-    for (int e = 0; e < kMax; ++e) v[e] = v[e] / total;
-  }
+  divide_by_total(v, total);
   const bool nan_row = isnan(total);
   // k rounds of a tree argmax; the winner's slot drops to -1, below every probability (slots
   // past E hold 0 and lose ties to every expert, so k <= E never takes one). A NaN row takes
