@@ -49,6 +49,24 @@ for dtype in (torch.bfloat16, torch.float32):
             buf = torch.zeros(s, 1, 576, device=dev, dtype=buf_dtype)
             set_mla_kv_buffer(buf, idx, lat[..., :512], lat[..., 512:576])
             set_mla_kv_buffer(buf, idx, lat[..., 1:513], lat[..., 512:576])
+# The bulk path (>= 2048 rows of 16-byte runs into caches of the input dtype): TMA bulk copies.
+n, s = 2100, 4096
+for idx_dtype in (torch.int32, torch.int64):
+    idx = torch.randperm(s, device=dev)[:n].to(idx_dtype)
+    idx[0], idx[1], idx[2] = -1, s, s + 1000
+    k = torch.randn(n, 1024, device=dev).bfloat16()
+    v = torch.randn(n, 40, device=dev).bfloat16()
+    kc = torch.zeros(s, 1024, device=dev, dtype=torch.bfloat16)
+    vc = torch.zeros(s, 40, device=dev, dtype=torch.bfloat16)
+    store_cache(k, v, kc, vc, idx, skip_index=int(idx[3]))
+    key = torch.randn(n, 8, 128, device=dev).bfloat16()
+    kv = torch.zeros(s // 16, 2, 16, 8, 128, device=dev, dtype=torch.bfloat16)
+    reshape_and_cache_flash(key, key, kv[:, 0], kv[:, 1], idx)
+    hnd = torch.zeros(s // 16, 8, 16, 128, device=dev, dtype=torch.bfloat16).permute(0, 2, 1, 3)
+    reshape_and_cache_flash(key, key, hnd, hnd.clone(), idx)
+    lat = torch.randn(n, 1, 600, device=dev).bfloat16()
+    buf = torch.zeros(s, 1, 576, device=dev, dtype=torch.bfloat16)
+    set_mla_kv_buffer(buf, idx, lat[..., :512], lat[..., 512:576])
 torch.cuda.synchronize()
 print("done")
 """

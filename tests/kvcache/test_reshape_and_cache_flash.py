@@ -239,3 +239,38 @@ def test_cuda_opcheck():
     slots = torch.tensor([5, -1, 2], device="cuda")
     args = (kc, vc, key, value, slots, "auto", None, None, None)
     torch.library.opcheck(RESHAPE_AND_CACHE_FLASH.torch_op, args)
+
+
+# The bulk path (kv_write.cuh) from 2048 rows for caches of the input dtype: NHD heads move as one
+# run per token, HND heads as one run each (block stride apart), K/V halves of one tensor; block
+# sizes 16 and 5 (the divmod), D != Dv, 48- and 80-byte runs; 2047 rows stay on the register path.
+@GPU
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize(
+    ("n", "blocks", "bs", "heads", "d", "dv"),
+    [(2047, 160, 16, 8, 128, 128), (2048, 160, 16, 8, 128, 128), (3333, 900, 5, 3, 40, 24),
+     (2100, 40, 64, 1, 256, 128)],
+)  # fmt: skip
+@pytest.mark.parametrize("layout", ("nhd", "hnd", "halves"))
+@pytest.mark.parametrize("index_dtype", (torch.int32, torch.int64), ids=str)
+def test_cuda_bulk_path_matches_reference(dtype, n, blocks, bs, heads, d, dv, layout, index_dtype):
+    if layout == "halves" and d != dv:
+        dv = d
+    key = randn(n, heads, d, dtype=dtype, device="cuda", seed=21, scale=20)
+    value = randn(n, heads, dv, dtype=dtype, device="cuda", seed=22)
+    kc, vc = _caches(blocks, bs, heads, d, dv, dtype, layout)
+    slots = torch.randperm(blocks * bs, generator=torch.Generator().manual_seed(n))[:n]
+    slots[n // 2], slots[3], slots[n - 1] = -1, blocks * bs, -5  # padding, out of range
+    _run_both(key, value, kc, vc, slots.to(index_dtype).cuda())
+
+
+@GPU
+def test_cuda_bulk_path_fp8_stays_exact():
+    n = 2500
+    key = randn(n, 8, 128, dtype=torch.bfloat16, device="cuda", seed=23, scale=20)
+    value = randn(n, 8, 128, dtype=torch.bfloat16, device="cuda", seed=24)
+    kc, vc = _caches(200, 16, 8, 128, 128, FP8, "hnd")
+    slots = torch.randperm(3200, generator=torch.Generator().manual_seed(25))[:n]
+    slots[0] = -1
+    kw = {"kv_cache_dtype": "fp8", "k_scale": torch.tensor([0.3], device="cuda")}
+    _run_both(key, value, kc, vc, slots.cuda(), **kw)

@@ -206,3 +206,18 @@ def test_cuda_opcheck():
     rope = randn(3, 1, 8, dtype=torch.bfloat16, device="cuda", seed=1)
     loc = torch.tensor([4, -1, 0], device="cuda")
     torch.library.opcheck(SET_MLA_KV_BUFFER.torch_op, (buf, loc, nope, rope, None, None))
+
+
+@GPU
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("n", (2047, 2048, 5000))
+@pytest.mark.parametrize("index_dtype", (torch.int32, torch.int64), ids=str)
+def test_cuda_bulk_path_matches_reference(dtype, n, index_dtype):
+    """From 2048 rows the bulk path (TMA bulk copies) writes 1024 + 128 B (bf16) runs."""
+    latent = randn(n, 1, 600, dtype=dtype, device="cuda", seed=7)
+    nope, rope = latent[..., :512], latent[..., 512:576]  # strided views
+    s = n + 1000
+    buf = _poisoned((s, 1, 576), dtype)
+    loc = torch.randperm(s, generator=torch.Generator().manual_seed(n))[:n]
+    loc[0], loc[1], loc[n - 1] = -1, s, s + 99
+    _run_both(buf, loc.to(index_dtype).cuda(), nope, rope)

@@ -265,3 +265,62 @@ def test_cuda_opcheck():
     vc = torch.zeros(8, 16, dtype=torch.bfloat16, device="cuda")
     idx = torch.tensor([7, 1, -1, 3, 0], device="cuda")
     torch.library.opcheck(STORE_CACHE.torch_op, (kc, vc, k, v, idx, None, None, -1, None))
+
+
+# The bulk path (kv_write.cuh: TMA bulk copies through shared-memory stages) from 2048 rows, for
+# caches of the input dtype with 16-byte runs and rows of at most 16 KiB; 2047 rows, fp8 caches,
+# misaligned rows and wider rows stay on the register path. Row sizes pick the stage counts: 4 KiB
+# (8 stages), 272 B (16), 10.25 KiB fp32 (4); row counts not multiples of 32 or of the grid.
+@GPU
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize(
+    ("n", "wk", "wv", "s"),
+    [(2047, 1024, 1024, 4096), (2048, 1024, 1024, 4096), (4099, 1024, 1024, 9000),
+     (3001, 96, 40, 6000), (2500, 2048, 576, 4000), (2048, 4096, 1024, 2100)],
+)  # fmt: skip
+@pytest.mark.parametrize("index_dtype", (torch.int32, torch.int64), ids=str)
+def test_cuda_bulk_path_matches_reference(dtype, n, wk, wv, s, index_dtype):
+    k = randn(n, wk, dtype=dtype, device="cuda", seed=11)
+    v = randn(n, wv, dtype=dtype, device="cuda", seed=12)
+    k_cache, v_cache = _poisoned(s, wk, dtype), _poisoned(s, wv, dtype)
+    idx = _slots(n, s, seed=n + 1)
+    idx[7], idx[40], idx[n - 1] = s, s + 12345, -3  # out of range (skipped on the GPU), padding
+    _run_both(k, v, k_cache, v_cache, idx.to(index_dtype).cuda(), skip_index=int(idx[100]))
+
+
+@GPU
+def test_cuda_bulk_path_strided_views_fp8_and_misaligned():
+    n, s = 2600, 4000
+    qkv = randn(n, 3 * 512, dtype=torch.bfloat16, device="cuda", seed=13)
+    k, v = qkv[:, 512:1024], qkv[:, 1024:]  # views into a fused qkv buffer
+    pool = torch.full((s, 2, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+    idx = _slots(n, s, seed=14)
+    idx[5], idx[6] = 2**40, s  # int64 slots far out of range: skipped
+    idx = idx.cuda()
+    _run_both(k, v, pool[:, 0], pool[:, 1], idx)
+    k8, v8 = _poisoned(s, 512, FP8), _poisoned(s, 512, FP8)  # fp8: the register path
+    _run_both(k, v, k8, v8, idx, k_scale=torch.tensor([0.05], device="cuda"))
+    from shared.testing.inputs import misaligned
+
+    km = misaligned(randn(n, 128, dtype=torch.float16, device="cuda", seed=15))
+    vm = randn(n, 128, dtype=torch.float16, device="cuda", seed=16)
+    kc, vc = _poisoned(s, 128, torch.float16), _poisoned(s, 128, torch.float16)
+    _run_both(km, vm, kc, vc, idx)  # misaligned: the scalar path
+
+
+@GPU
+def test_cuda_bulk_path_graph_capture():
+    n, s = 4096, 8192
+    k = randn(n, 1024, dtype=torch.bfloat16, device="cuda", seed=17)
+    v = randn(n, 1024, dtype=torch.bfloat16, device="cuda", seed=18)
+    k_cache, v_cache = _poisoned(s, 1024, torch.bfloat16), _poisoned(s, 1024, torch.bfloat16)
+    idx = torch.randperm(s, device="cuda")[:n]
+    store_cache(k, v, k_cache, v_cache, idx)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        store_cache(k, v, k_cache, v_cache, idx)
+    k.copy_(randn(n, 1024, dtype=torch.bfloat16, device="cuda", seed=19))
+    idx.copy_(torch.randperm(s, device="cuda")[:n])
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(k_cache[idx], k) and torch.equal(v_cache[idx], v)

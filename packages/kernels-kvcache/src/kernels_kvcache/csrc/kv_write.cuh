@@ -11,6 +11,9 @@
 //     (attention reads the cache next);
 //   - the vector path needs 16-byte aligned sources, widths and strides in whole packs; anything
 //     else runs the same body one element at a time;
+//   - at prefill sizes (kBulkMinTokens) a vector copy into a cache of the input dtype takes the
+//     bulk path instead (sm_90+): TMA bulk copies through a ring of shared-memory stages per
+//     one-warp CTA, loads running stages - kBulkLag tokens ahead of the stores (below);
 //   - fp8 caches (float8_e4m3fn, or uint8 holding its bytes) store cvt_satfinite_rne(x / scale),
 //     x / scale correctly rounded (__fdiv_rn, so the reference's torch division is matched bit for
 //     bit), two values per __nv_cvt_float2_to_fp8x2; the scale is read on the device;
@@ -182,6 +185,234 @@ __global__ void __launch_bounds__(kThreads) write_rows_kernel(bool pdl, const Pa
 }
 
 // ------------------------------------------------------------------------------------------------
+// The bulk path (sm_90+, prefill sizes, caches of the input dtype, 16-byte aligned runs): TMA bulk
+// copies through shared memory instead of registers. One warp per CTA, a contiguous range of
+// tokens per CTA, a ring of kBulk* stages (one token's K and V rows each) in dynamic shared
+// memory: global -> shared bulk loads (L2 evict-first, completing on the stage's mbarrier) run
+// stages - kBulkLag tokens ahead of the stores; a token's slot is held by one lane of a 32-slot
+// batch loaded a batch ahead (shuffled out), so neither the slot nor the stores' addresses stand
+// between a token's loads and the next ones; shared -> global bulk stores (plain L2 policy: the
+// cache is read next) free their stage once read (cp.async.bulk.wait_group.read). Bytes in flight
+// are shared memory, not registers: ~24 KB of loads per CTA, several CTAs per SM.
+
+constexpr int kBulkLag = 2;                   // stores a stage may still be read by before reuse
+constexpr int kBulkStageBudget = 32 * 1024;  // shared bytes of stages per CTA (before clamping)
+constexpr int kBulkMinStages = 4;
+constexpr int kBulkMaxStages = 16;
+constexpr int kBulkBarBytes = 128;           // the mbarriers, ahead of the stages
+constexpr int64_t kBulkMaxRowBytes = 16 * 1024;
+// From this many tokens the bulk path runs (below: the register path, decode untouched).
+constexpr int64_t kBulkMinTokens = 2048;
+
+// One part in bytes: `src_runs` runs of `src_bytes` (src_run apart) per token, likewise for the
+// destination; a part's heads lie back to back from `offset` in a stage, so a part whose heads
+// are contiguous on one side moves as one run on that side.
+struct BulkPart {
+  const char* src = nullptr;
+  char* dst = nullptr;
+  int64_t src_tok = 0, src_run = 0;
+  int64_t dst_block = 0, dst_tok = 0, dst_run = 0;
+  uint32_t src_runs = 0, src_bytes = 0;
+  uint32_t dst_runs = 0, dst_bytes = 0;
+  uint32_t offset = 0;
+};
+
+struct BulkParams {
+  BulkPart a, b;
+  const void* slots = nullptr;
+  int64_t tokens = 0;
+  int64_t limit = 0;
+  int64_t skip = -1;
+  int64_t block_size = 1;
+  kernels::FastDivmod block_div;
+  bool wide = false;
+  uint32_t row_bytes = 0;    // a's and b's bytes: one stage's transaction count
+  uint32_t stage_bytes = 0;  // row_bytes rounded up to 128
+  int stages = 0;            // kBulkMinStages..kBulkMaxStages
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void bulk_mbarrier_init(uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void bulk_mbarrier_expect(uint32_t bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void bulk_mbarrier_wait(uint32_t bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// Global -> shared (bytes a multiple of 16, both addresses 16-byte aligned), completing on bar.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes,
+                                          uint32_t bar, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+#endif
+}
+
+// Shared -> global, in this thread's current bulk group.
+__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void bulk_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+
+// Until at most kN of this thread's bulk groups may still read their shared memory.
+template <int kN>
+__device__ __forceinline__ void bulk_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kN) : "memory");
+#endif
+}
+
+// Token `token`'s runs into the stage at `stage` (lane r issues runs r, r + 32, ...): lane 0 arms
+// the stage's mbarrier with the row's bytes first.
+__device__ __forceinline__ void bulk_issue_loads(const BulkParams& p, int64_t token,
+                                                 uint32_t stage, uint32_t bar, uint32_t lane,
+                                                 uint64_t policy) {
+  if (lane == 0) bulk_mbarrier_expect(bar, p.row_bytes);
+  __syncwarp();
+  const uint32_t runs = p.a.src_runs + p.b.src_runs;
+  for (uint32_t r = lane; r < runs; r += 32) {
+    const bool second = r >= p.a.src_runs;
+    const uint32_t k = second ? r - p.a.src_runs : r;
+    const char* base = second ? p.b.src : p.a.src;
+    const int64_t tok = second ? p.b.src_tok : p.a.src_tok;
+    const int64_t run = second ? p.b.src_run : p.a.src_run;
+    const uint32_t bytes = second ? p.b.src_bytes : p.a.src_bytes;
+    const uint32_t offset = second ? p.b.offset : p.a.offset;
+    bulk_load(stage + offset + k * bytes, base + token * tok + k * run, bytes, bar, policy);
+  }
+}
+
+// The stage's runs to (block, offset) of both caches, in this lane's current bulk group.
+__device__ __forceinline__ void bulk_issue_stores(const BulkParams& p, int64_t block,
+                                                  int64_t offset, uint32_t stage, uint32_t lane) {
+  const uint32_t runs = p.a.dst_runs + p.b.dst_runs;
+  for (uint32_t r = lane; r < runs; r += 32) {
+    const bool second = r >= p.a.dst_runs;
+    const uint32_t k = second ? r - p.a.dst_runs : r;
+    char* base = second ? p.b.dst : p.a.dst;
+    const int64_t blk = second ? p.b.dst_block : p.a.dst_block;
+    const int64_t tok = second ? p.b.dst_tok : p.a.dst_tok;
+    const int64_t run = second ? p.b.dst_run : p.a.dst_run;
+    const uint32_t bytes = second ? p.b.dst_bytes : p.a.dst_bytes;
+    const uint32_t at = second ? p.b.offset : p.a.offset;
+    bulk_store(base + block * blk + offset * tok + k * run, stage + at + k * bytes, bytes);
+  }
+}
+
+template <typename Idx>
+__global__ void __launch_bounds__(32)
+    bulk_rows_kernel(bool pdl, const __grid_constant__ BulkParams p) {
+  extern __shared__ __align__(128) unsigned char bulk_smem[];
+  const uint32_t lane = threadIdx.x;
+  const uint32_t bars = smem_addr(bulk_smem);
+  const uint32_t stages = bars + kBulkBarBytes;
+  const int S = p.stages;
+  const int64_t t0 = p.tokens * blockIdx.x / gridDim.x;
+  const int64_t n = p.tokens * (blockIdx.x + 1) / gridDim.x - t0;
+  if (lane < static_cast<uint32_t>(S)) bulk_mbarrier_init(bars + 8 * lane);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the copies
+#endif
+  __syncwarp();
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  if (pdl) kernels::pdl_wait();
+  const Idx* slots = static_cast<const Idx*>(p.slots) + t0;
+  const auto slot_at = [&](int64_t i) -> int64_t {
+    return i < n ? static_cast<int64_t>(slots[i]) : -1;
+  };
+  int64_t cur = slot_at(lane), next = slot_at(32 + lane);  // this batch's and the next's
+  const int64_t first = n < S ? n : S;
+  for (int64_t i = 0; i < first; ++i)
+    bulk_issue_loads(p, t0 + i, stages + static_cast<uint32_t>(i) * p.stage_bytes,
+                     bars + 8 * static_cast<uint32_t>(i), lane, policy);
+  if (pdl) kernels::pdl_launch_dependents();
+  int s = 0;            // token i's stage
+  uint32_t parity = 0;  // its use of the stage, mod 2
+  for (int64_t i = 0; i < n; ++i) {
+    if (i > 0 && (i & 31) == 0) {
+      cur = next;
+      next = slot_at(i + 32 + lane);
+    }
+    // Refill the stage of token i - kBulkLag (stored at iteration i - kBulkLag) with token
+    // i - kBulkLag + S, once that store has read it: groups 0..i-1 are committed, so at most
+    // kBulkLag - 1 of them may still be pending.
+    const int64_t j = i - kBulkLag + S;
+    if (i >= kBulkLag && j < n) {
+      bulk_wait_read<kBulkLag - 1>();
+      __syncwarp();
+      const int r = s >= kBulkLag ? s - kBulkLag : s - kBulkLag + S;
+      bulk_issue_loads(p, t0 + j, stages + static_cast<uint32_t>(r) * p.stage_bytes,
+                       bars + 8 * static_cast<uint32_t>(r), lane, policy);
+    }
+    const int64_t slot = __shfl_sync(0xffffffffu, cur, static_cast<int>(i & 31));
+    const uint32_t stage = stages + static_cast<uint32_t>(s) * p.stage_bytes;
+    // The stage's bytes, written by the async proxy, are read by the async proxy next: no proxy
+    // fence (fence.proxy.async compiles to MEMBAR.ALL.CTA; DeepEP's TMA load -> store copies
+    // go without one too).
+    bulk_mbarrier_wait(bars + 8 * static_cast<uint32_t>(s), parity);
+    if (slot >= 0 && slot != p.skip && slot < p.limit) {
+      int64_t block = slot, offset = 0;
+      if (p.block_size > 1) {
+        if (p.wide) {
+          block = slot / p.block_size;
+          offset = slot - block * p.block_size;
+        } else {
+          uint32_t q, r;
+          p.block_div.divmod(static_cast<uint32_t>(slot), q, r);
+          block = q;
+          offset = r;
+        }
+      }
+      bulk_issue_stores(p, block, offset, stage, lane);
+    }
+    bulk_commit();  // every iteration, empty or not: the groups count tokens
+    if (++s == S) {
+      s = 0;
+      parity ^= 1u;
+    }
+  }
+  bulk_wait_read<0>();  // the stages stay valid until the last stores have read them
+}
+
+// ------------------------------------------------------------------------------------------------
 // Host side.
 
 inline bool is_fp8(DLDataType t) {
@@ -238,6 +469,75 @@ inline void launch_resident(const kernels::Launch& ctx, int64_t needed, const P&
                  kThreads, p);
 }
 
+inline BulkPart bulk_part(const PartSpec& s, int64_t es, int64_t offset) {
+  BulkPart q;
+  if (s.heads == 0 || s.width == 0) return q;
+  const int64_t run = s.width * es;
+  const int64_t all = s.heads * run;
+  q.src = static_cast<const char*>(s.src);
+  q.dst = static_cast<char*>(s.dst);
+  q.src_tok = s.src_tok * es;
+  q.dst_block = s.dst_block * es;
+  q.dst_tok = s.dst_tok * es;
+  const bool src_one = s.heads == 1 || s.src_head == s.width;  // the heads back to back
+  const bool dst_one = s.heads == 1 || s.dst_head == s.width;
+  q.src_runs = static_cast<uint32_t>(src_one ? 1 : s.heads);
+  q.src_bytes = static_cast<uint32_t>(src_one ? all : run);
+  q.src_run = s.src_head * es;
+  q.dst_runs = static_cast<uint32_t>(dst_one ? 1 : s.heads);
+  q.dst_bytes = static_cast<uint32_t>(dst_one ? all : run);
+  q.dst_run = s.dst_head * es;
+  q.offset = static_cast<uint32_t>(offset);
+  return q;
+}
+
+template <auto kKernel>
+inline bool launch_bulk_kernel(const kernels::Launch& ctx, int64_t tokens, int64_t smem,
+                               const BulkParams& p) {
+  kernels::allow_dynamic_smem<kKernel>(ctx.op, ctx.device, smem);
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, 32,
+                                                    static_cast<size_t>(smem)) != cudaSuccess ||
+      per_sm <= 0) {
+    (void)cudaGetLastError();  // a refused query leaves no error behind; the register path runs
+    return false;
+  }
+  const int64_t resident = static_cast<int64_t>(per_sm) * kernels::sm_count(ctx.device);
+  const unsigned grid = static_cast<unsigned>(tokens < resident ? tokens : resident);
+  kernels::launch_dynamic(ctx, kKernel, grid, 32, smem, p);
+  return true;
+}
+
+// The bulk path where it applies (caches of the input dtype, 16-byte packs, sm_90+, at least
+// kBulkMinTokens tokens of at most kBulkMaxRowBytes); false: the caller runs the register path.
+inline bool launch_bulk(const kernels::Launch& ctx, int64_t es, const PartSpec& a,
+                        const PartSpec& b, const tvm::ffi::TensorView& slots, int64_t tokens,
+                        int64_t limit, int64_t skip, int64_t block_size) {
+  if (tokens < kBulkMinTokens || !kernels::pdl_supported(ctx.device)) return false;
+  const int64_t a_bytes = a.heads * a.width * es;
+  const int64_t row = a_bytes + b.heads * b.width * es;
+  if (row <= 0 || row > kBulkMaxRowBytes) return false;
+  BulkParams p;
+  p.a = bulk_part(a, es, 0);
+  p.b = bulk_part(b, es, a_bytes);
+  p.slots = kernels::data<const void>(slots);
+  p.tokens = tokens;
+  p.limit = limit;
+  p.skip = skip;
+  p.block_size = block_size;
+  p.wide = limit >= (int64_t{1} << 31);
+  if (block_size > 1 && !p.wide)
+    p.block_div = kernels::FastDivmod(static_cast<uint32_t>(block_size));
+  p.row_bytes = static_cast<uint32_t>(row);
+  p.stage_bytes = static_cast<uint32_t>((row + 127) / 128 * 128);
+  p.stages = std::clamp(kBulkStageBudget / static_cast<int>(p.stage_bytes), kBulkMinStages,
+                        kBulkMaxStages);
+  const int64_t smem = kBulkBarBytes + int64_t{p.stages} * p.stage_bytes;
+  if (kernels::is_dtype(slots.dtype(), kDLInt, 64))
+    return launch_bulk_kernel<bulk_rows_kernel<int64_t>>(ctx, tokens, smem, p);
+  return launch_bulk_kernel<bulk_rows_kernel<int32_t>>(ctx, tokens, smem, p);
+}
+
 // The launch: T the input element type, TC the cache's (T, or uint8_t for fp8 bytes).
 template <typename T, typename TC>
 void write_rows(const kernels::Launch& ctx, const PartSpec& a, const PartSpec& b,
@@ -251,6 +551,10 @@ void write_rows(const kernels::Launch& ctx, const PartSpec& a, const PartSpec& b
   TVM_FFI_CHECK(items < (int64_t{1} << 31), ValueError)
       << ctx.op << ": a token's row is too wide (" << items << " accesses)";
   if (items == 0 || tokens == 0) return;
+  if constexpr (std::is_same_v<T, TC>) {
+    if (vector && launch_bulk(ctx, sizeof(T), a, b, slots, tokens, limit, skip, block_size))
+      return;
+  }
   Params<T, TC> p;
   p.a = make_part<T, TC>(a, kN);
   p.b = make_part<T, TC>(b, kN);

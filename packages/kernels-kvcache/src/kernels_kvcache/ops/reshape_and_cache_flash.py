@@ -3,7 +3,8 @@
 
 Backends: CUDA (csrc/reshape_and_cache_flash.cuh on the row-scatter engine csrc/kv_write.cuh: every
 stride honoured, so NHD caches, HND caches as permuted views and K/V halves of one tensor take the
-same kernel), then the torch reference.
+same kernel; from 2048 rows into caches of the input dtype, TMA bulk copies through shared-memory
+stages), then the torch reference.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 indices (SGLang's MHA token-to-KV pool), optionally converting to fp8 with per-tensor scales.
 
 Backends: CUDA (csrc/store_cache.cuh on the row-scatter engine csrc/kv_write.cuh: K and V rows of a
-token moved by one group of threads in 16-byte packs, fp8 scales read on the device), then the
-torch reference.
+token moved by one group of threads in 16-byte packs, fp8 scales read on the device; from 2048 rows
+into caches of the input dtype, TMA bulk copies through shared-memory stages), then the torch
+reference.
 """
 
 from __future__ import annotations
