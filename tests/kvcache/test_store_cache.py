@@ -309,6 +309,21 @@ def test_cuda_bulk_path_strided_views_fp8_and_misaligned():
 
 
 @GPU
+def test_cuda_bulk_path_long_ranges():
+    """Rows of 16 KiB (4 stages, 65.7 KB of shared memory: the opt-in above 48 KB, ~3 CTAs per
+    SM): ~100 tokens per CTA, so the slot batches swap, the stages go round many times and every
+    refill waits on wait_group.read (the other bulk tests give each CTA a few tokens)."""
+    n, s = 40000, 41000
+    k = randn(n, 4096, dtype=torch.bfloat16, device="cuda", seed=31)
+    v = randn(n, 4096, dtype=torch.bfloat16, device="cuda", seed=32)
+    k_cache = _poisoned(s, 4096, torch.bfloat16)
+    v_cache = _poisoned(s, 4096, torch.bfloat16)
+    idx = _slots(n, s, seed=33)
+    idx[100], idx[5000] = -1, s  # padding, out of range (skipped)
+    _run_both(k, v, k_cache, v_cache, idx.cuda(), skip_index=int(idx[7]))
+
+
+@GPU
 def test_cuda_bulk_path_graph_capture():
     n, s = 4096, 8192
     k = randn(n, 1024, dtype=torch.bfloat16, device="cuda", seed=17)
