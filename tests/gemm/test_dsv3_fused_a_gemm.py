@@ -75,6 +75,55 @@ def test_every_decode_m_at_deepseek_shape(m):
     _check(out, a, b, name=f"m={m}")
 
 
+# small_m_gemm's ring kernel (cp.async through shared memory) takes runs of >= 16 chunks of 32 a
+# warp: K >= 4096 without a split. Its edges: K = 4096 (runs of exactly 16), 4064 (127 chunks: a
+# last warp one chunk short), 2104 x 7176 (225 chunks: runs of 29, odd for the stage's 2 chunks,
+# a last chunk of one 8-wide quad as K % 32 == 8, and a last column group whose second tile is
+# past N), and narrow weights over a long K, where the plan splits K over a cluster of 4 (one tile
+# a CTA, the cluster reduction after the ring): 136 / 24 x 16384 (runs of 16), 40 x 16392 (513
+# chunks: runs of 17 and, in the last rank, 16 and 14, the last partial).
+RING_SHAPES = ((2112, 4096), (2112, 4064), (2104, 7176), (136, 16384), (24, 16384), (40, 16392))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", RING_SHAPES, ids=str)
+@pytest.mark.parametrize("m", (1, 5, 8, 9, 16))
+def test_ring_kernel_edges(shape, m):
+    n, k = shape
+    a, b = _inputs(m, n, k, "cuda", seed=7 * m + n)
+    out = poison(torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
+    dsv3_fused_a_gemm(a, b, out=out, backend="cuda")
+    _check(out, a, b, name=f"m={m} n={n} k={k}")
+
+
+@pytest.mark.gpu
+def test_ring_kernel_strided_rows_and_out_view():
+    """The ring kernel's copies from row-strided a and weight rows apart in a wider buffer, into
+    an out view inside a wider buffer (other columns untouched)."""
+    for m in (3, 12):
+        a = row_strided(randn(m, 7168, dtype=torch.bfloat16, device="cuda", seed=15), extra=40)
+        w = row_strided(
+            randn(264, 7168, dtype=torch.bfloat16, device="cuda", seed=16, scale=0.05), extra=8
+        )
+        b = w.t()
+        wide = torch.full((m, 280), -1.0, device="cuda", dtype=torch.bfloat16)
+        out = wide[:, 8:272]
+        dsv3_fused_a_gemm(a, b, out=out, backend="cuda")
+        _check(out, a, b, name=f"m={m}")
+        assert (wide[:, :8] == -1).all() and (wide[:, 272:] == -1).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", (1, 9, 16))
+def test_ring_kernel_is_deterministic(m):
+    """Each lane's k order, the warps' sum and the cluster's sum are fixed: repeated calls give
+    the same bytes (with and without PDL)."""
+    a, b = _inputs(m, 2112, 7168, "cuda", seed=31 + m)
+    first = dsv3_fused_a_gemm(a, b, enable_pdl=False)
+    for pdl in (False, True, True):
+        assert torch.equal(dsv3_fused_a_gemm(a, b, enable_pdl=pdl), first)
+
+
 @settings(max_examples=15, deadline=None)
 @given(m=st.integers(0, 20), n=st.integers(1, 40), k=st.integers(1, 300), seed=st.integers(0, 999))
 def test_random_shapes(m, n, k, seed):

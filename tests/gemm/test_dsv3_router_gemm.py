@@ -89,6 +89,26 @@ def test_bf16_out(device, m):
     assert default.dtype == torch.bfloat16 and default.shape == (m, 256)
 
 
+# Long K sends the router's plan (one tile a CTA, clusters of 4 over K) to small_m_gemm's ring
+# kernel (runs of >= 16 chunks of 32 a warp): 256 x 32768 (runs of 32), 384 x 16384 (two tiles a
+# CTA, runs of 16), 13 x 20488 (a partial second tile; 641 chunks: runs of 21 and 20, the last
+# chunk one 8-wide quad).
+# fp32 and bf16 out.
+RING_SHAPES = ((256, 32768), (384, 16384), (13, 20488))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", RING_SHAPES, ids=str)
+@pytest.mark.parametrize("m", (1, 8, 9, 16))
+@pytest.mark.parametrize("out_dtype", (torch.float32, torch.bfloat16), ids=str)
+def test_ring_kernel_long_k(shape, m, out_dtype):
+    e, k = shape
+    x, w = _inputs(m, e, k, "cuda", seed=m + e)
+    out = poison(torch.empty(m, e, device="cuda", dtype=out_dtype))
+    dsv3_router_gemm(x, w, out_dtype=out_dtype, out=out, backend="cuda")
+    _check(out, x, w, name=f"m={m} e={e} k={k}")
+
+
 @settings(max_examples=15, deadline=None)
 @given(m=st.integers(0, 20), e=st.integers(1, 40), k=st.integers(1, 300), seed=st.integers(0, 999))
 def test_random_shapes(m, e, k, seed):

@@ -2,7 +2,8 @@
 // tokens, b [K, N] column-major (the transpose view of a row-major [N, K] weight; K = 7168,
 // N = 2112), fp32 accumulation, bf16 out. The small-M engine (small_m_gemm.cuh): for N = 2112
 // each of 132 CTAs owns 16 whole output columns over all of K (no split, no workspace), streaming
-// its 229 KB of weight with 16-byte loads into tensor-core MMAs.
+// its 229 KB of weight with 16-byte cp.async copies through a 192 KB shared-memory ring (the ring
+// kernel) into tensor-core MMAs.
 #pragma once
 
 #include <kernels/version.h>

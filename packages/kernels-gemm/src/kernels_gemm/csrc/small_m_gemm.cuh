@@ -24,6 +24,11 @@
 // memory of the rank that owns it, and one cluster barrier separates these stores from the owners'
 // sums of their own shared memory. The host picks (kTiles, split) per shape (`plan`).
 //
+// Long runs (at least kRingMinChunks chunks a warp: fused_a's 28) take ring_kernel instead, the
+// same split and arithmetic with the loads staged through a per-warp ring of shared memory
+// (cp.async, 192 KB a CTA, one CTA per SM): 80-112 KB of weight in flight per SM instead of the
+// registers' 16-48 KB (see ring_kernel). The rest of this note is about gemm_kernel.
+//
 // Two CTAs per SM (__launch_bounds__(kThreads, 2): at most 128 registers, so a stage holds at most
 // kStageVectors = 10 16-byte vectors, two stages 80 registers; sm_90a: 112-118 registers, no
 // spills). The grid is at most one CTA per SM, and the second slot is for the next kernel: with
@@ -126,24 +131,26 @@ __device__ __forceinline__ void store_out(void* out, int64_t offset, float v) {
   static_cast<OutT*>(out)[offset] = kernels::from_float<OutT>(v);
 }
 
-// kUnroll chosen so that one stage holds at most kStageVectors vectors; at least 2. Router (1 tile,
-// 7-chunk runs): 5 chunks a stage at M <= 8 (the whole run in flight at once), 3 at M > 8 (6 of 7);
-// fused_a (2 tiles, 28-chunk runs): 3 chunks at M <= 8, 2 at M > 8.
+// What a lane works on: its CTA's rank in the cluster and first column, its warp's run of 32-wide
+// chunks of K, its weight rows (row col0 + 8j + g of each tile) and x rows (g and g + 8), with
+// whether each exists (rows past N or M load as zeros).
 template <int kTiles, int kHalves>
-struct Unroll {
-  static constexpr int value =
-      kStageVectors / (kTiles + kHalves) > 2 ? kStageVectors / (kTiles + kHalves) : 2;
+struct Work {
+  int rank;
+  int col0;
+  int run_begin;
+  int run_end;
+  const __nv_bfloat16* wrow[kTiles];
+  bool wok[kTiles];
+  const __nv_bfloat16* xrow[kHalves];
+  bool xok[kHalves];
 };
 
-// grid: (column groups) * split CTAs, clusters of `split` consecutive CTAs; block: kThreads.
-template <typename OutT, int kTiles, int kHalves>
-__global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int kUnroll = Unroll<kTiles, kHalves>::value;
-  constexpr int kTileElems = kTiles * 128;  // a 16 x 8 fp32 tile per 8 columns
-  __shared__ __align__(16) float partial[kWarps][kTileElems];
-  __shared__ float inbox[kMaxSplit][kTileElems];  // the ranks' partials of the elements owned here
-
+// The start of both kernels: the cluster's first arrive, the run, the PDL prefetch into L2 and
+// wait. Past it the kernel may read anything.
+template <int kTiles, int kHalves>
+__device__ __forceinline__ Work<kTiles, kHalves> begin(bool pdl, const Params& p) {
+  Work<kTiles, kHalves> wk;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2;  // MMA group: weight row within a tile, x rows g and g + 8
@@ -153,7 +160,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   // every CTA of the cluster has started (its shared memory exists).
   if (split > 1) kernels::cluster_arrive_relaxed();
   const int rank = static_cast<int>(blockIdx.x) % split;
+  wk.rank = rank;
   const int col0 = static_cast<int>(blockIdx.x) / split * (kTiles * 8);
+  wk.col0 = col0;
   const int chunks = (p.k + kChunk - 1) / kChunk;
   const int slice_begin = rank * p.slice_chunks;
   const int slice_end = min(slice_begin + p.slice_chunks, chunks);
@@ -162,6 +171,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   const int per_warp = (slice_end - slice_begin + kWarps - 1) / kWarps;
   const int run_begin = slice_begin + warp * per_warp;
   const int run_end = min(run_begin + per_warp, slice_end);
+  wk.run_begin = run_begin;
+  wk.run_end = run_end;
   const int64_t run_k = static_cast<int64_t>(run_begin) * kChunk;
   const uint32_t run_bytes = static_cast<uint32_t>(
       max(min(static_cast<int64_t>(run_end) * kChunk, static_cast<int64_t>(p.k)) - run_k,
@@ -184,91 +195,37 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   kernels::pdl_wait();
 
   // This lane's rows: weight row col0 + 8j + g of each tile; x rows g and g + 8.
-  const __nv_bfloat16* wrow[kTiles];
-  bool wok[kTiles];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int n = col0 + j * 8 + g;
-    wok[j] = n < p.n;
-    wrow[j] = p.w + static_cast<int64_t>(wok[j] ? n : 0) * p.sw + t * kVec;
+    wk.wok[j] = n < p.n;
+    wk.wrow[j] = p.w + static_cast<int64_t>(wk.wok[j] ? n : 0) * p.sw + t * kVec;
   }
-  const __nv_bfloat16* xrow[kHalves];
-  bool xok[kHalves];
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) {
     const int m = g + 8 * h;
-    xok[h] = m < p.m;
-    xrow[h] = p.x + static_cast<int64_t>(xok[h] ? m : 0) * p.sx + t * kVec;
+    wk.xok[h] = m < p.m;
+    wk.xrow[h] = p.x + static_cast<int64_t>(wk.xok[h] ? m : 0) * p.sx + t * kVec;
   }
 
-  const int stages = run_end > run_begin ? (run_end - run_begin + kUnroll - 1) / kUnroll : 0;
+  return wk;
+}
 
-  // With one tile, a chunk's second MMA accumulates into a second set of registers: two dependent
-  // MMA chains of half the length, as with two tiles (the MMAs after the last loads land are on
-  // the critical path). The sets are added before the warps' tiles are summed.
-  constexpr int kChains = kTiles == 1 ? 2 : 1;
-  float acc[kChains][kTiles][4];
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) {
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[c][j][i] = 0.0f;
-    }
-  }
-
-  using S = Stage<kUnroll, kTiles, kHalves>;
-  auto load = [&](S& s, int stage) {
-    const int c0 = run_begin + stage * kUnroll;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u;
-      const int64_t k = static_cast<int64_t>(c) * kChunk;
-      // K % 8 == 0, so a lane's 8 values are all inside K or all outside.
-      const bool in = c < run_end && k + t * kVec < p.k;
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) s.w[u][j] = load_or_zero(wrow[j] + k, in && wok[j]);
-#pragma unroll
-      for (int h = 0; h < kHalves; ++h) s.x[u][h] = load_or_zero(xrow[h] + k, in && xok[h]);
-    }
-  };
-  auto compute = [&](const S& s) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const uint4 lo = s.x[u][0];
-      const uint4 hi = kHalves > 1 ? s.x[u][kHalves - 1] : make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        const uint4 b = s.w[u][j];
-        mma_bf16(acc[0][j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-        mma_bf16(acc[kChains - 1][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
-      }
-    }
-  };
-
-  // Two stages in flight: the next stage's loads go out before this stage's MMAs.
-  S a, b;
-  if (stages > 0) load(a, 0);
-  // This CTA's first loads are out: the next kernel may launch (its CTAs take the SM's second
-  // slot, prefetch their weight, and wait for this grid to finish before any other access).
-  kernels::pdl_launch_dependents();
-#pragma unroll 1
-  for (int s = 0; s < stages; s += 2) {
-    if (s + 1 < stages) load(b, s + 1);
-    compute(a);
-    if (s + 2 < stages) load(a, s + 2);
-    if (s + 1 < stages) compute(b);
-  }
-
-  // The warps' tiles, summed in warp order.
+// The end of both kernels: the warps' tiles summed in warp order in shared memory, then (split > 1)
+// across the cluster in rank order, and stored. `acc`: this warp's tiles (MMA C fragments).
+template <typename OutT, int kTiles>
+__device__ __forceinline__ void finish(const float (&acc)[kTiles][4],
+                                       float (*partial)[kTiles * 128],
+                                       float (*inbox)[kTiles * 128], const Params& p, int rank,
+                                       int col0) {
+  constexpr int kTileElems = kTiles * 128;  // a 16 x 8 fp32 tile per 8 columns
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int split = p.split;
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    if (kChains > 1) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[0][j][i] += acc[kChains - 1][j][i];
-    }
     *reinterpret_cast<float4*>(&partial[warp][j * 128 + lane * 4]) =
-        make_float4(acc[0][j][0], acc[0][j][1], acc[0][j][2], acc[0][j][3]);
+        make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
   }
   __syncthreads();
   const int e = threadIdx.x;  // kTileElems <= kThreads: one element per thread
@@ -303,6 +260,240 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
     }
     store_out<OutT>(p.out, row * p.so_m + col * p.so_n, v);
   }
+}
+
+// kUnroll chosen so that one stage holds at most kStageVectors vectors; at least 2. Router (1 tile,
+// 7-chunk runs): 5 chunks a stage at M <= 8 (the whole run in flight at once), 3 at M > 8 (6 of 7);
+// fused_a (2 tiles, 28-chunk runs): 3 chunks at M <= 8, 2 at M > 8.
+template <int kTiles, int kHalves>
+struct Unroll {
+  static constexpr int value =
+      kStageVectors / (kTiles + kHalves) > 2 ? kStageVectors / (kTiles + kHalves) : 2;
+};
+
+// grid: (column groups) * split CTAs, clusters of `split` consecutive CTAs; block: kThreads.
+template <typename OutT, int kTiles, int kHalves>
+__global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kUnroll = Unroll<kTiles, kHalves>::value;
+  constexpr int kTileElems = kTiles * 128;  // a 16 x 8 fp32 tile per 8 columns
+  __shared__ __align__(16) float partial[kWarps][kTileElems];
+  __shared__ float inbox[kMaxSplit][kTileElems];  // the ranks' partials of the elements owned here
+
+  const Work<kTiles, kHalves> wk = begin<kTiles, kHalves>(pdl, p);
+  const int rank = wk.rank, col0 = wk.col0, run_begin = wk.run_begin, run_end = wk.run_end;
+  const int t = threadIdx.x & 3;
+
+  const int stages = run_end > run_begin ? (run_end - run_begin + kUnroll - 1) / kUnroll : 0;
+
+  // With one tile, a chunk's second MMA accumulates into a second set of registers: two dependent
+  // MMA chains of half the length, as with two tiles (the MMAs after the last loads land are on
+  // the critical path). The sets are added before the warps' tiles are summed.
+  constexpr int kChains = kTiles == 1 ? 2 : 1;
+  float acc[kChains][kTiles][4];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[c][j][i] = 0.0f;
+    }
+  }
+
+  using S = Stage<kUnroll, kTiles, kHalves>;
+  auto load = [&](S& s, int stage) {
+    const int c0 = run_begin + stage * kUnroll;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u;
+      const int64_t k = static_cast<int64_t>(c) * kChunk;
+      // K % 8 == 0, so a lane's 8 values are all inside K or all outside.
+      const bool in = c < run_end && k + t * kVec < p.k;
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) s.w[u][j] = load_or_zero(wk.wrow[j] + k, in && wk.wok[j]);
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) s.x[u][h] = load_or_zero(wk.xrow[h] + k, in && wk.xok[h]);
+    }
+  };
+  auto compute = [&](const S& s) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint4 lo = s.x[u][0];
+      const uint4 hi = kHalves > 1 ? s.x[u][kHalves - 1] : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        const uint4 b = s.w[u][j];
+        mma_bf16(acc[0][j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+        mma_bf16(acc[kChains - 1][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+      }
+    }
+  };
+
+  // Two stages in flight: the next stage's loads go out before this stage's MMAs.
+  S a, b;
+  if (stages > 0) load(a, 0);
+  // This CTA's first loads are out: the next kernel may launch (its CTAs take the SM's second
+  // slot, prefetch their weight, and wait for this grid to finish before any other access).
+  kernels::pdl_launch_dependents();
+#pragma unroll 1
+  for (int s = 0; s < stages; s += 2) {
+    if (s + 1 < stages) load(b, s + 1);
+    compute(a);
+    if (s + 2 < stages) load(a, s + 2);
+    if (s + 1 < stages) compute(b);
+  }
+
+  // Two chains into one, then the CTA's and the cluster's sums.
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    if (kChains > 1) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[0][j][i] += acc[kChains - 1][j][i];
+    }
+  }
+  finish<OutT, kTiles>(acc[0], partial, inbox, p, rank, col0);
+#endif
+}
+
+// The ring kernel: the same work split, MMAs and sums as gemm_kernel, for long runs (fused_a: 28
+// chunks a warp). Its loads go through shared memory instead of registers: each lane copies its
+// own 16-byte vectors (cp.async.cg, zero-filled outside M, N and K) into its own slots of its
+// warp's ring of kRingStages stages of kRingUnroll chunks, and reads back only what it copied
+// itself, so cp.async.wait_group alone orders the two (no barrier, no shuffle). All kRingStages
+// stages are in flight while the oldest is computed: 192 KB of ring per CTA, one CTA per SM,
+// holds 112 KB of weight in flight per SM at M <= 8 (7 stages of 2 chunks of 2 tiles a warp)
+// and 80 KB at M > 8, where gemm_kernel's two register stages hold 24-48 KB and 16-32 KB.
+// Little's law at ~3.5 TB/s and ~1-1.5 us of loaded DRAM latency asks 27-40 KB per SM on average
+// over the whole kernel; gemm_kernel dips below it at each stage boundary (cold fused_a: 2.5 TB/s,
+// 12.2-14.4 us), while TRT-LLM's fused_a kernel (cp.async stages, ~128 KB of weight per SM)
+// reaches 8.8 us. A refill goes into the slot just computed: its values are in registers (the
+// MMAs that read them issued before it), so the copy cannot overwrite them early.
+constexpr int kRingUnroll = 2;       // chunks per ring stage
+constexpr int kRingVectors = 48;     // 16-byte slots per lane: 8 warps x 48 x 512 B = 192 KB
+constexpr int kRingMinChunks = 16;   // runs at least this long (per warp) take the ring kernel
+constexpr int64_t kRingBytes = int64_t{kWarps} * kRingVectors * 32 * 16;
+
+template <int kTiles, int kHalves>
+struct Ring {
+  static constexpr int kVectors = kTiles + kHalves;  // per chunk: weight tiles, then x halves
+  static constexpr int kStages = kRingVectors / (kRingUnroll * kVectors);
+  static_assert(kStages >= 2, "a ring of at least two stages");
+};
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool ok) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(ok ? 16 : 0)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+#endif
+}
+
+// grid, block and clusters as gemm_kernel; kRingBytes of dynamic shared memory.
+template <typename OutT, int kTiles, int kHalves>
+__global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kV = Ring<kTiles, kHalves>::kVectors;
+  constexpr int kStages = Ring<kTiles, kHalves>::kStages;
+  constexpr int kTileElems = kTiles * 128;
+  __shared__ __align__(16) float partial[kWarps][kTileElems];
+  __shared__ float inbox[kMaxSplit][kTileElems];
+  extern __shared__ __align__(16) uint4 ring[];
+
+  const Work<kTiles, kHalves> wk = begin<kTiles, kHalves>(pdl, p);
+  const int run_begin = wk.run_begin, run_end = wk.run_end;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int t = lane & 3;
+  const int stages =
+      run_end > run_begin ? (run_end - run_begin + kRingUnroll - 1) / kRingUnroll : 0;
+
+  // Slot (stage r, chunk u, vector v) of this lane: 32 lanes' 16 bytes side by side, so each
+  // copy and each read of a warp is 512 contiguous bytes (no bank conflicts).
+  const uint4* mine = ring + warp * (kStages * kRingUnroll * kV * 32) + lane;
+  const uint32_t mine_s = static_cast<uint32_t>(__cvta_generic_to_shared(mine));
+  auto slot = [&](int r, int u, int v) { return ((r * kRingUnroll + u) * kV + v) * 32; };
+
+  // Stage s (if it exists) into ring slot r; a group is committed either way, so the count of
+  // groups, and the wait below, do not depend on the run's length.
+  auto issue = [&](int s, int r) {
+    if (s < stages) {
+#pragma unroll
+      for (int u = 0; u < kRingUnroll; ++u) {
+        const int c = run_begin + s * kRingUnroll + u;
+        const int64_t k = static_cast<int64_t>(c) * kChunk;
+        // K % 8 == 0, so a lane's 8 values are all inside K or all outside.
+        const bool in = c < run_end && k + t * kVec < p.k;
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+          const bool ok = in && wk.wok[j];
+          cp_async_16(mine_s + slot(r, u, j) * 16, ok ? wk.wrow[j] + k : wk.wrow[j], ok);
+        }
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h) {
+          const bool ok = in && wk.xok[h];
+          cp_async_16(mine_s + slot(r, u, kTiles + h) * 16, ok ? wk.xrow[h] + k : wk.xrow[h], ok);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) issue(s, s);
+  // This CTA's first loads are out: the next kernel may launch.
+  kernels::pdl_launch_dependents();
+
+  constexpr int kChains = kTiles == 1 ? 2 : 1;  // as gemm_kernel
+  float acc[kChains][kTiles][4];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[c][j][i] = 0.0f;
+    }
+  }
+
+  int r = 0;
+#pragma unroll 1
+  for (int s = 0; s < stages; ++s) {
+    cp_async_wait<kStages - 1>();  // groups 0..s have landed: stage s is in slot r
+#pragma unroll
+    for (int u = 0; u < kRingUnroll; ++u) {
+      const uint4 lo = mine[slot(r, u, kTiles)];
+      const uint4 hi = kHalves > 1 ? mine[slot(r, u, kTiles + 1)] : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        const uint4 b = mine[slot(r, u, j)];
+        mma_bf16(acc[0][j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+        mma_bf16(acc[kChains - 1][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+      }
+    }
+    issue(s + kStages, r);
+    r = r + 1 == kStages ? 0 : r + 1;
+  }
+
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    if (kChains > 1) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[0][j][i] += acc[kChains - 1][j][i];
+    }
+  }
+  finish<OutT, kTiles>(acc[0], partial, inbox, p, wk.rank, wk.col0);
 #endif
 }
 
@@ -354,16 +545,36 @@ inline Plan plan(int device, int64_t n, int64_t k) {
   return best;
 }
 
-// OutT: float or __nv_bfloat16.
+// The ring kernel for one (tiles, halves), opted in to its shared memory (allow_dynamic_smem).
+template <typename OutT, int kTiles, int kHalves>
+inline void launch_ring(const kernels::Launch& ctx, const Plan& pl, bool pdl, const Params& p) {
+  kernels::allow_dynamic_smem<ring_kernel<OutT, kTiles, kHalves>>(ctx.op, ctx.device, kRingBytes);
+  kernels::LaunchConfig config(dim3(static_cast<unsigned>(pl.ctas)), dim3(kThreads),
+                               static_cast<size_t>(kRingBytes), ctx.stream, pdl,
+                               pl.split > 1 ? static_cast<unsigned>(pl.split) : 0);
+  kernels::check_launch(ctx.op, config.launch(ring_kernel<OutT, kTiles, kHalves>, pdl, p));
+}
+
+// OutT: float or __nv_bfloat16. Runs of at least kRingMinChunks chunks a warp (fused_a) take the
+// ring kernel, shorter ones (the router's 7) gemm_kernel, whose two register stages already hold
+// a whole run and which leaves an SM's second slot to the next kernel under PDL.
 template <typename OutT>
 inline void launch(const kernels::Launch& ctx, Params p) {
   const Plan pl = plan(ctx.device, p.n, p.k);
   p.split = pl.split;
   p.slice_chunks = pl.slice_chunks;
   const int halves = p.m > 8 ? 2 : 1;
-  const KernelFn kernel = kernel_for<OutT>(pl.tiles, halves);
   const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device,
                                          static_cast<unsigned>(pl.ctas), kThreads);
+  if ((pl.slice_chunks + kWarps - 1) / kWarps >= kRingMinChunks) {
+    if (pl.tiles == 1) {
+      if (halves == 1) return launch_ring<OutT, 1, 1>(ctx, pl, pdl, p);
+      return launch_ring<OutT, 1, 2>(ctx, pl, pdl, p);
+    }
+    if (halves == 1) return launch_ring<OutT, 2, 1>(ctx, pl, pdl, p);
+    return launch_ring<OutT, 2, 2>(ctx, pl, pdl, p);
+  }
+  const KernelFn kernel = kernel_for<OutT>(pl.tiles, halves);
   kernels::LaunchConfig config(dim3(static_cast<unsigned>(pl.ctas)), dim3(kThreads), 0, ctx.stream,
                                pdl, pl.split > 1 ? static_cast<unsigned>(pl.split) : 0);
   kernels::check_launch(ctx.op, config.launch(kernel, pdl, p));

@@ -6,9 +6,10 @@ transpose view ``w.t()`` of the checkpoint's row-major [N, K] weight, so nothing
 ``w.t()``, not ``w``.
 
 Backends: ``cuda`` (csrc/small_m_gemm.cuh: each of 132 CTAs owns 16 whole output columns over all
-of K for N = 2112, streaming the 30 MB weight once with 16-byte loads into tensor-core MMAs; no
-split-K workspace) for M <= 16 and K % 8 == 0 with 16-byte aligned rows; the torch reference (fp32
-accumulation, rounded once) for everything else.
+of K for N = 2112, streaming the 30 MB weight once with 16-byte cp.async copies through a
+shared-memory ring, 80-112 KB in flight per SM, into tensor-core MMAs; no split-K workspace) for
+M <= 16 and K % 8 == 0 with 16-byte aligned rows; the torch reference (fp32 accumulation, rounded
+once) for everything else.
 """
 
 from __future__ import annotations
