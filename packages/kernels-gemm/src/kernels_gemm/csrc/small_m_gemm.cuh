@@ -20,9 +20,10 @@
 // the MMAs of the current one). When the columns alone leave SMs idle (the router: 32 groups of 8
 // experts for 132 SMs), `split` CTAs of a thread-block cluster take one K slice each and reduce
 // their partial tiles through distributed shared memory, in rank order (deterministic): no
-// workspace, no atomics, one launch: each CTA stores its partial of an element into the shared
-// memory of the rank that owns it, and one cluster barrier separates these stores from the owners'
-// sums of their own shared memory. The host picks (kTiles, split) per shape (`plan`).
+// workspace, no atomics, one launch: each CTA pushes its partial of an element into the shared
+// memory of the rank that owns it (st.async, counted on the owner's mbarrier), and each owner
+// waits for the bytes pushed into it, not for a cluster barrier, before it sums its own shared
+// memory. The host picks (kTiles, split) per shape (`plan`).
 //
 // Long runs (at least kRingMinChunks chunks a warp: fused_a's 28) take ring_kernel instead, the
 // same split and arithmetic with the loads staged through a per-warp ring of shared memory
@@ -51,9 +52,8 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(7);
+KERNELS_REQUIRE_HEADERS_API(8);
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -68,8 +68,6 @@ KERNELS_REQUIRE_HEADERS_API(7);
 #include <cstdint>
 
 namespace small_m_gemm {
-
-namespace cg = cooperative_groups;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -149,16 +147,21 @@ struct Work {
 // The start of both kernels: the cluster's first arrive, the run, the PDL prefetch into L2 and
 // wait. Past it the kernel may read anything.
 template <int kTiles, int kHalves>
-__device__ __forceinline__ Work<kTiles, kHalves> begin(bool pdl, const Params& p) {
+__device__ __forceinline__ Work<kTiles, kHalves> begin(bool pdl, const Params& p,
+                                                      uint64_t* inbox_bar) {
   Work<kTiles, kHalves> wk;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2;  // MMA group: weight row within a tile, x rows g and g + 8
   const int t = lane & 3;   // k quad
   const int split = p.split;
-  // Phase 1 of the cluster barrier, waited for before the first distributed shared-memory store:
-  // every CTA of the cluster has started (its shared memory exists).
-  if (split > 1) kernels::cluster_arrive_relaxed();
+  // Phase 1 of the cluster barrier, waited for before the first push into another CTA: every CTA
+  // of the cluster has started (its shared memory exists) and armed its inbox's barrier for the
+  // split pushes of each of its kTiles * 128 / split elements.
+  if (split > 1) {
+    if (threadIdx.x == 0) kernels::push_barrier_init(inbox_bar, kTiles * 128 * sizeof(float));
+    kernels::cluster_arrive_relaxed();
+  }
   const int rank = static_cast<int>(blockIdx.x) % split;
   wk.rank = rank;
   const int col0 = static_cast<int>(blockIdx.x) / split * (kTiles * 8);
@@ -216,8 +219,8 @@ __device__ __forceinline__ Work<kTiles, kHalves> begin(bool pdl, const Params& p
 template <typename OutT, int kTiles>
 __device__ __forceinline__ void finish(const float (&acc)[kTiles][4],
                                        float (*partial)[kTiles * 128],
-                                       float (*inbox)[kTiles * 128], const Params& p, int rank,
-                                       int col0) {
+                                       float (*inbox)[kTiles * 128], uint64_t* inbox_bar,
+                                       const Params& p, int rank, int col0) {
   constexpr int kTileElems = kTiles * 128;  // a 16 x 8 fp32 tile per 8 columns
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -243,15 +246,16 @@ __device__ __forceinline__ void finish(const float (&acc)[kTiles][4],
     if (live) store_out<OutT>(p.out, row * p.so_m + col * p.so_n, sum);
     return;
   }
-  // Across the cluster: rank e % split owns element e; each CTA stores its slice's partial into
-  // the owner's inbox, one barrier later each owner sums its inbox in rank order and writes. No
-  // CTA touches another's shared memory after the barrier, so none waits for the others to read.
-  cg::cluster_group cluster = cg::this_cluster();
+  // Across the cluster: rank e % split owns element e; each CTA pushes its slice's partial into
+  // the owner's inbox (st.async, counted on the owner's barrier), each owner waits for the pushes
+  // into it and sums its inbox in rank order (deterministic). Every CTA waits for every push into
+  // it, so none exits while another still writes into it. One cluster barrier fewer than stores
+  // followed by arrive.release / wait.acquire (whose release is a MEMBAR.GPU), as in the row
+  // engine's split rows.
   const int owner = e % split;
   kernels::cluster_wait();
-  if (live) *cluster.map_shared_rank(&inbox[rank][e], owner) = sum;
-  kernels::cluster_arrive();
-  kernels::cluster_wait();
+  if (e < kTileElems) kernels::cluster_push(&inbox[rank][e], inbox_bar, owner, sum);
+  kernels::push_barrier_wait(inbox_bar);
   if (live && owner == rank) {
     float v = 0.0f;
 #pragma unroll
@@ -279,8 +283,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   constexpr int kTileElems = kTiles * 128;  // a 16 x 8 fp32 tile per 8 columns
   __shared__ __align__(16) float partial[kWarps][kTileElems];
   __shared__ float inbox[kMaxSplit][kTileElems];  // the ranks' partials of the elements owned here
+  __shared__ __align__(8) uint64_t inbox_bar;      // counts the bytes pushed into inbox
 
-  const Work<kTiles, kHalves> wk = begin<kTiles, kHalves>(pdl, p);
+  const Work<kTiles, kHalves> wk = begin<kTiles, kHalves>(pdl, p, &inbox_bar);
   const int rank = wk.rank, col0 = wk.col0, run_begin = wk.run_begin, run_end = wk.run_end;
   const int t = threadIdx.x & 3;
 
@@ -351,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
       for (int i = 0; i < 4; ++i) acc[0][j][i] += acc[kChains - 1][j][i];
     }
   }
-  finish<OutT, kTiles>(acc[0], partial, inbox, p, rank, col0);
+  finish<OutT, kTiles>(acc[0], partial, inbox, &inbox_bar, p, rank, col0);
 #endif
 }
 
@@ -410,9 +415,10 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
   constexpr int kTileElems = kTiles * 128;
   __shared__ __align__(16) float partial[kWarps][kTileElems];
   __shared__ float inbox[kMaxSplit][kTileElems];
+  __shared__ __align__(8) uint64_t inbox_bar;
   extern __shared__ __align__(16) uint4 ring[];
 
-  const Work<kTiles, kHalves> wk = begin<kTiles, kHalves>(pdl, p);
+  const Work<kTiles, kHalves> wk = begin<kTiles, kHalves>(pdl, p, &inbox_bar);
   const int run_begin = wk.run_begin, run_end = wk.run_end;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -493,7 +499,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
       for (int i = 0; i < 4; ++i) acc[0][j][i] += acc[kChains - 1][j][i];
     }
   }
-  finish<OutT, kTiles>(acc[0], partial, inbox, p, wk.rank, wk.col0);
+  finish<OutT, kTiles>(acc[0], partial, inbox, &inbox_bar, p, wk.rank, wk.col0);
 #endif
 }
 
