@@ -9,7 +9,7 @@
 // packs (when weight is T and contiguous, else scalar loads). The rows' indices, x, taps and bias
 // are issued first, then every state pack (the only loads that wait on the indices); the window
 // is shifted (or read circularly at cache_seqlens % Ls) in registers, fp32 products, and the
-// state and x packs are written back. 64-thread CTAs, a grid of (D / kC / 64, B / kR).
+// state and x packs are written back (a shifted state as a permutation of the raw packs). 64-thread CTAs, a grid of (D / kC / 64, B / kR).
 // Generic path (anything else: L > 1, longer circular states, odd strides): a thread per
 // (batch row, channel), the W-1 window in registers, the state row shifted (or written circularly)
 // from the original values, then the L outputs.
@@ -50,6 +50,56 @@ struct Params {
 
 constexpr int kVecThreads = 64;
 constexpr int kVecRows = 4;  // batch rows per thread at large B
+
+// The raw bits of element e (a compile-time index once unrolled) of kH packs of kC elements:
+// the element's 32-bit word and its half (16-bit data) or the word itself (fp32).
+template <typename Pk, int kH>
+__device__ __forceinline__ uint32_t raw_word(const Pk (&packs)[kH], int e) {
+  constexpr int kPerWord = Pk::kPerWord;
+  return packs[e / Pk::size].w[(e % Pk::size) / kPerWord];
+}
+
+// The shifted state in place, from raw bits: column k of channel i takes column k + 1, the last
+// column takes x. kChLast: the packs are columns ([W-1, D] row); else the packs hold the
+// [D, W-1] row's elements channel-major.
+template <bool kChLast, typename Pk, int kH>
+__device__ __forceinline__ void shift_raw(Pk (&sp)[kH], const Pk& xp) {
+  constexpr int kC = Pk::size;
+  constexpr int kPerWord = Pk::kPerWord;
+  if constexpr (kChLast) {
+#pragma unroll
+    for (int a = 0; a + 1 < kH; ++a) sp[a] = sp[a + 1];
+    sp[kH - 1] = xp;
+  } else {
+    Pk src[kH];  // the original packs (sp is overwritten)
+#pragma unroll
+    for (int a = 0; a < kH; ++a) src[a] = sp[a];
+    const Pk xs[1] = {xp};
+#pragma unroll
+    for (int a = 0; a < kH; ++a) {
+#pragma unroll
+      for (int q = 0; q < Pk::kWords; ++q) {
+        uint32_t part[kPerWord];
+        int half[kPerWord];
+#pragma unroll
+        for (int h = 0; h < kPerWord; ++h) {
+          const int e = a * kC + q * kPerWord + h;  // output element: channel e / kH, column e % kH
+          const int ch = e / kH, k = e % kH;
+          const int from = k + 1 < kH ? e + 1 : ch;  // in the state, or x's channel ch
+          part[h] = k + 1 < kH ? raw_word(src, from) : raw_word(xs, from);
+          half[h] = from % kPerWord;
+        }
+        if constexpr (kPerWord == 1) {
+          sp[a].w[q] = part[0];
+        } else {
+          // Low half from part[0] (bytes 0-3), high half from part[1] (bytes 4-7).
+          const unsigned sel = (half[0] ? 0x32u : 0x10u) | (half[1] ? 0x7600u : 0x5400u);
+          sp[a].w[q] = __byte_perm(part[0], part[1], sel);
+        }
+      }
+    }
+  }
+}
 
 // One row of the vector path in registers: the state packs sp (kW-1 of them, updated to the new
 // state) and the x pack xp (replaced by the outputs), taps w and bias of the thread's channels.
@@ -109,19 +159,25 @@ __device__ __forceinline__ void update_vec_row(Pk (&sp)[kW - 1], Pk& xp,
     for (int k = 0; k < kH; ++k) acc += w[i][k] * win[k];
     y[i] = silu ? mamba_common::silu_for<T>(acc) : acc;
   }
-  // The new state packs (exact: every value came from T), the outputs in the x pack.
+  // The new state packs (exact: every value came from T), the outputs in the x pack. A shifted
+  // state is a permutation of the raw state and x elements (pack moves for the [W-1, D] row, one
+  // PRMT per word of 16-bit data for the [D, W-1] row) instead of a conversion back per value.
+  if constexpr (!kCirc) {
+    shift_raw<kChLast>(sp, xp);
+  } else {
 #pragma unroll
-  for (int a = 0; a < kH; ++a) {
-    float f[kC];
+    for (int a = 0; a < kH; ++a) {
+      float f[kC];
 #pragma unroll
-    for (int i = 0; i < kC; ++i) {
-      if constexpr (kChLast) {
-        f[i] = ns[i][a];
-      } else {
-        f[i] = ns[(a * kC + i) / kH][(a * kC + i) % kH];
+      for (int i = 0; i < kC; ++i) {
+        if constexpr (kChLast) {
+          f[i] = ns[i][a];
+        } else {
+          f[i] = ns[(a * kC + i) / kH][(a * kC + i) % kH];
+        }
       }
+      sp[a].pack(f);
     }
-    sp[a].pack(f);
   }
   xp.pack(y);
 }
