@@ -225,11 +225,12 @@ def test_update_decode_vector_path(
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("circular", [False, True])
 @pytest.mark.parametrize("state_layout", ["rows", "channel_last"])
-def test_update_decode_many_rows(device, backend, dtype, circular, state_layout):
-    """A large decode batch (B = 258, D = 4096: several batch rows per thread on the vector path,
-    the last group of rows short): permuted state rows, pad_slot_id rows untouched, shifted or
-    circular."""
-    batch, dim, width, slots = 258, 4096, 4, 300
+@pytest.mark.parametrize("batch", [258, 521])
+def test_update_decode_many_rows(device, backend, dtype, circular, state_layout, batch):
+    """Large decode batches at D = 4096: B = 258 (a row per thread, the grid one wave of 16 CTAs
+    per SM on the H200) and B = 521 (past one wave: 4 batch rows per thread, the last group of
+    rows short): permuted state rows, pad_slot_id rows untouched, shifted or circular."""
+    dim, width, slots = 4096, 4, 600
     x = randn(batch, dim, dtype=dtype, device=device, seed=4)
     if state_layout == "rows":
         state = randn(slots, dim, width - 1, dtype=dtype, device=device, seed=1)

@@ -3,13 +3,14 @@
 //
 // Vector path (the decode shape: L = 1, Ls = W-1, x and the state rows 16-byte aligned with the
 // channels (x) and the state row contiguous): a thread per (kR batch rows, pack of kC = 16 /
-// sizeof(T) channels); kR = kVecRows once that still gives 2 CTAs per SM, else 1. A row's state
-// is kC x (W-1) contiguous values (W-1 16-byte packs, [S, D, W-1] layout) or W-1 packs of kC
-// channels ([S, W-1, D] layout, the channel-last state), its x one pack; the thread's taps are W
-// packs (when weight is T and contiguous, else scalar loads). The rows' indices, x, taps and bias
-// are issued first, then every state pack (the only loads that wait on the indices); the window
-// is shifted (or read circularly at cache_seqlens % Ls) in registers, fp32 products, and the
-// state and x packs are written back (a shifted state as a permutation of the raw packs). 64-thread CTAs, a grid of (D / kC / 64, B / kR).
+// sizeof(T) channels); kR = 1 while that grid fits in one wave (16 CTAs of 64 per SM, <= 64
+// registers), else kVecRows. A row's state is kC x (W-1) contiguous values (W-1 16-byte packs,
+// [S, D, W-1] layout) or W-1 packs of kC channels ([S, W-1, D] layout, the channel-last state),
+// its x one pack; the thread's taps are W packs (when weight is T and contiguous, else scalar
+// loads). The rows' indices, x, taps and bias are issued first, then every state pack (the only
+// loads that wait on the indices); the window is shifted (or read circularly at cache_seqlens %
+// Ls) in registers, fp32 products, and the state and x packs are written back (a shifted state as
+// a permutation of the raw packs). 64-thread CTAs, a grid of (D / kC / 64, B / kR).
 // Generic path (anything else: L > 1, longer circular states, odd strides): a thread per
 // (batch row, channel), the W-1 window in registers, the state row shifted (or written circularly)
 // from the original values, then the L outputs.
@@ -49,7 +50,11 @@ struct Params {
 };
 
 constexpr int kVecThreads = 64;
-constexpr int kVecRows = 4;  // batch rows per thread at large B
+constexpr int kVecRows = 4;  // batch rows per thread past one wave of single rows
+// Resident CTAs per SM of the one-row vector kernel (its register cap: <= 64 registers, 1024
+// threads, 32 warps per SM). The kVecRows kernel keeps its 168 registers (6 CTAs per SM; at
+// 128 it spills 40-64 bytes).
+constexpr int kVecCtasOne = 16;
 
 // The raw bits of element e (a compile-time index once unrolled) of kH packs of kC elements:
 // the element's 32-bit word and its half (16-bit data) or the word itself (fp32).
@@ -184,7 +189,8 @@ __device__ __forceinline__ void update_vec_row(Pk (&sp)[kW - 1], Pk& xp,
 
 // The vector path (see the header): kR batch rows per thread (rows blockIdx.y * kR + r).
 template <typename T, int kW, bool kChLast, int kR>
-__global__ void __launch_bounds__(kVecThreads) update_vec_kernel(bool pdl, const Params p) {
+__global__ void __launch_bounds__(kVecThreads, kR == 1 ? kVecCtasOne : 1)
+    update_vec_kernel(bool pdl, const Params p) {
   constexpr int kC = kernels::kVectorBytes / static_cast<int>(sizeof(T));
   constexpr int kH = kW - 1;  // state columns (Ls == W-1 on this path)
   using Pk = kernels::Pack<T, kC>;
@@ -447,12 +453,14 @@ inline void causal_conv1d_update(tvm::ffi::TensorView x, tvm::ffi::TensorView co
       p.bias_vec = bias.has_value() &&
                    kernels::is_dtype(bias.value().dtype(), x.dtype().code, x.dtype().bits) &&
                    (p.bs_d == 1 || dim == 1) && kernels::is_aligned(p.bias);
-      // kVecRows rows per thread once that still gives >= 2 CTAs per SM: the taps and bias are
-      // read once per kVecRows rows and the grid fits in one wave (one row per thread at
-      // B = 256, D = 4096: 2048 CTAs, 1.3 waves of 12 CTAs per SM); else a row per thread.
+      // A row per thread while that grid fits in one wave (16 CTAs of 64 per SM: B = 256,
+      // D = 4096 is 2048 CTAs of 2112 slots, 31 warps per SM, each thread's math a quarter of
+      // kVecRows rows', so the math of the warps whose state arrived overlaps the others' loads);
+      // past it kVecRows rows per thread (the taps read once for them; B = 256, D = 8192: 1024
+      // CTAs, 1.3 waves of 6 per SM).
       const int64_t threads = batch * (dim / kC);
-      const bool rows = threads >= int64_t{detail::kVecRows} * 2 * detail::kVecThreads *
-                                       kernels::sm_count(ctx.device);
+      const bool rows = threads > int64_t{detail::kVecCtasOne} * detail::kVecThreads *
+                                      kernels::sm_count(ctx.device);
       const int64_t per = rows ? detail::kVecRows : 1;
       const dim3 grid(kernels::ceil_div(dim / kC, detail::kVecThreads),
                       kernels::ceil_div(batch, per));

@@ -1,10 +1,10 @@
 """mamba.causal_conv1d_update: one decode step of the causal conv1d, state updated in place.
 
-CUDA: at the decode shape (L = 1, Ls = W-1, 16-byte aligned rows) a thread per (1 or, at large
-batches, 4 batch rows, 16 bytes of channels): the state ([S, D, W-1] rows or the [S, W-1, D]
-view), x, taps and bias as 16-byte packs, all loaded at once (the taps once for the rows), the
-window shifted (or read circularly) in registers; otherwise a thread per (batch row, channel).
-fp32 products and sums; the torch reference (fp32 math, rounded once) is the fallback.
+CUDA: at the decode shape (L = 1, Ls = W-1, 16-byte aligned rows) a thread per (1 or, past one
+wave of single rows, 4 batch rows, 16 bytes of channels): the state ([S, D, W-1] rows or the
+[S, W-1, D] view), x, taps and bias as 16-byte packs, all loaded at once (the taps once for the
+rows), the window shifted (or read circularly) in registers; otherwise a thread per (batch row,
+channel). fp32 products and sums; the torch reference (fp32 math, rounded once) is the fallback.
 """
 
 from __future__ import annotations
