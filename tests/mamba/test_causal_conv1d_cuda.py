@@ -100,9 +100,32 @@ def test_fwd_varlen_long_sequences(device, backend, width, dtype, layout):
 
 
 @pytest.mark.parametrize(("device", "backend"), BACKENDS)
+@pytest.mark.parametrize("width", [2, 3, 4])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("length", [1, 7, 1030, 4100])
+def test_fwd_varlen_short_rows(device, backend, width, dtype):
+    """Channel-first rows of at most 512 columns (the 2-pack warp kernel, every dtype):
+    several sequences with initial states, a padded, an empty and a too-short one."""
+    dim, lens = 40, [5, 0, 1, 2, 300, 3, 150]
+    qsl = _qsl(lens, device)
+    x = randn(dim, int(qsl[-1]), dtype=dtype, device=device, seed=width)
+    weight = randn(dim, width, dtype=dtype, device=device, seed=1)
+    bias = randn(dim, device=device, seed=2)
+    states = randn(9, dim, width - 1, dtype=dtype, device=device, seed=3)
+    idx = torch.tensor([4, -1, 1, 0, 7, 2, 8], dtype=torch.int32, device=device)
+    init = torch.tensor([True, True, False, True, True, False, True], device=device)
+    for act in ("silu", None):
+        got, ref = _fwd_both(backend, x, weight, bias, states, qsl, idx, init, act)
+        assert_close(got[0], ref[0], name="x")
+        assert_close(got[1], ref[1], name="conv_states")
+
+
+@pytest.mark.parametrize(("device", "backend"), BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("length", [1, 7, 500, 1000, 1023, 1030, 4100])
 def test_fwd_batched_no_state(device, backend, dtype, length):
+    """Rows of up to 1024 (16-bit) or 512 (fp32) columns take the 2-pack warp kernel (1023: rows
+    off a 16-byte boundary, 3 iterations of it), longer ones the 8-pack kernel (4100: 3 or more
+    iterations, each buffer reloaded)."""
     dim, width = 40, 4
     x = randn(3, dim, length, dtype=dtype, device=device, seed=length)
     weight = randn(dim, width, dtype=dtype, device=device, seed=1)

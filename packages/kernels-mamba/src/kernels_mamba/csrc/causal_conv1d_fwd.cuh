@@ -6,8 +6,11 @@
 // - channel-first (stride 1 along time: [D, T] or [Bt, D, L] contiguous): a warp per (sequence,
 //   channel), 4 warps per CTA. Lane l holds packs base + u*32 + l (u < kCfU = 8) of 16 bytes
 //   along time (aligned to 16-byte addresses, the row's head and tail element-wise), so each load
-//   is one coalesced 512-byte run; the next iteration's 8 packs are loaded before this one's math
-//   and stores (double buffer: 4 KB per warp always in flight); the halo of a pack is the tail of
+//   is one coalesced 512-byte run; two buffers in turn: the first two iterations' packs go out at
+//   once (a row of L <= 4096 bf16 is loaded whole before any math), then each buffer is reloaded
+//   with the iteration after next once its stores are out (4-8 KB per warp in flight). Rows of at
+//   most 1024 bf16 columns (kCfShortPacks) take 2 packs per lane instead (<= 64 registers,
+//   8 CTAs = 32 warps per SM: [1, 4096, 512] in one wave). The halo of a pack is the tail of
 //   the previous pack, from lane l-1 (or lane 31 of pack u-1, or the previous iteration) by
 //   shuffles. A warp's 32 packs u whose windows lie inside the sequence (all but the first and
 //   the last of a sequence) take a lean path without prefix/edge/state logic (~12 instructions
@@ -247,23 +250,29 @@ __device__ __forceinline__ bool sequence_of(const Params& p, int64_t b, int64_t&
 
 constexpr int kCfWarps = 4;  // channels per CTA (one warp each)
 constexpr int kCfU = 8;      // 16-byte packs per lane per iteration (4 KB of bf16 per warp)
+// Short rows (<= kCfShortPacks packs: 1024 bf16 columns) take 2 packs per lane per iteration,
+// <= 64 registers, 8 CTAs (32 warps) per SM: [1, 4096, 512] is 4096 warps in one wave of 4224
+// (kCfU: 4 CTAs per SM, 1.94 waves of warps that each live one load round trip).
+constexpr int kCfUShort = 2;
+constexpr int kCfCtasShort = 8;
+constexpr int64_t kCfShortPacks = 2 * 32 * kCfUShort;
 
 // The packs of one iteration of the channel-first kernel: pack k = base + u * 32 + lane covers
 // columns [k * kN - o, k * kN - o + kN) of the row; whole 16-byte vectors inside the row,
 // element-wise at the row's ends, zeros past `last`.
-template <typename T, typename Pk>
-__device__ __forceinline__ void cf_load(Pk (&raw)[kCfU], const T* xr, int64_t base, int64_t last,
+template <typename T, typename Pk, int kU>
+__device__ __forceinline__ void cf_load(Pk (&raw)[kU], const T* xr, int64_t base, int64_t last,
                                         int64_t o, int64_t rowlen, int lane) {
   constexpr int kN = Pk::size;
-  const int64_t c_first = base * kN - o, c_end = (base + 32 * kCfU) * kN - o;
-  if (c_first >= 0 && c_end <= rowlen && base + 32 * kCfU - 1 <= last) {  // uniform: all whole
+  const int64_t c_first = base * kN - o, c_end = (base + 32 * kU) * kN - o;
+  if (c_first >= 0 && c_end <= rowlen && base + 32 * kU - 1 <= last) {  // uniform: all whole
     const T* it = xr + c_first + lane * kN;
 #pragma unroll
-    for (int u = 0; u < kCfU; ++u) raw[u].load_stream(it + u * 32 * kN);
+    for (int u = 0; u < kU; ++u) raw[u].load_stream(it + u * 32 * kN);
     return;
   }
 #pragma unroll
-  for (int u = 0; u < kCfU; ++u) {
+  for (int u = 0; u < kU; ++u) {
     const int64_t pk = base + u * 32 + lane;
     const int64_t c0 = pk * kN - o;
     if (pk <= last && c0 >= 0 && c0 + kN <= rowlen) {
@@ -280,8 +289,9 @@ __device__ __forceinline__ void cf_load(Pk (&raw)[kCfU], const T* xr, int64_t ba
   }
 }
 
-template <typename T, int kW>
-__global__ void __launch_bounds__(kCfWarps * 32, 4) fwd_cf_kernel(const Params p) {
+template <typename T, int kW, int kU>
+__global__ void __launch_bounds__(kCfWarps * 32, kU >= kCfU ? 4 : kCfCtasShort)
+    fwd_cf_kernel(const Params p) {
   constexpr int kN = kernels::kVectorBytes / static_cast<int>(sizeof(T));
   constexpr int kH = kW - 1;
   using Pk = kernels::Pack<T, kN>;
@@ -291,7 +301,7 @@ __global__ void __launch_bounds__(kCfWarps * 32, 4) fwd_cf_kernel(const Params p
   constexpr int kWords = Pk::kWords;
   constexpr int kPerWord = Pk::kPerWord;
   constexpr int kHW = (kH + kPerWord - 1) / kPerWord;  // words holding a pack's last kH values
-  constexpr int64_t kStep = 32 * kCfU;                  // packs per iteration
+  constexpr int64_t kStep = 32 * kU;                    // packs per iteration
   const int lane = threadIdx.x % 32;
   const int64_t d = static_cast<int64_t>(blockIdx.x) * kCfWarps + threadIdx.x / 32;
   const int64_t b = blockIdx.y;
@@ -307,8 +317,10 @@ __global__ void __launch_bounds__(kCfWarps * 32, 4) fwd_cf_kernel(const Params p
   const int64_t first = (start + o) / kN, last = len > 0 ? (end - 1 + o) / kN : first - 1;
   // 1. The first iteration's packs go out first, then the taps, bias and prefix as one batch
   // (load_raw: no load waits for another), converted after.
-  Pk cur[kCfU];
-  if (len > 0) cf_load<T>(cur, xr, first, last, o, rowlen, lane);
+  // The first two iterations' packs go out at once (the whole row of L <= 2 x kStep packs).
+  Pk buf0[kU], buf1[kU];
+  if (len > 0) cf_load<T>(buf0, xr, first, last, o, rowlen, lane);
+  if (first + kStep <= last) cf_load<T>(buf1, xr, first + kStep, last, o, rowlen, lane);
   const int64_t srow = row * p.ss_s + d * p.ss_d;
   Raw rw[kW], rb{0, 0}, rp[kH];
 #pragma unroll
@@ -335,16 +347,15 @@ __global__ void __launch_bounds__(kCfWarps * 32, 4) fwd_cf_kernel(const Params p
   uint32_t carry[kHW];
 #pragma unroll
   for (int k = 0; k < kHW; ++k) carry[k] = 0;
-  for (int64_t base = first; base <= last; base += kStep) {
-    // 2. The next iteration's packs, in flight during this one's math and stores (other
-    // addresses: the reads of x stay ahead of its writes).
-    Pk nxt[kCfU];
-    if (base + kStep <= last) cf_load<T>(nxt, xr, base + kStep, last, o, rowlen, lane);
+  // 2. One iteration on the packs `cur` of packs base..: the other buffer's packs are in flight
+  // during its math and stores; then `cur` is reloaded with the iteration after next (other
+  // addresses: the reads of x stay ahead of its writes). Two buffers in turn, no copies.
+  auto iterate = [&](Pk (&cur)[kU], int64_t base) {
     // 3. Per pack: the halo (tail of the previous pack) by shuffles, fp32 math, store.
     uint32_t next_carry[kHW];
 #pragma unroll
     for (int k = 0; k < kHW; ++k)
-      next_carry[k] = __shfl_sync(0xffffffffu, cur[kCfU - 1].w[kWords - kHW + k], 31);
+      next_carry[k] = __shfl_sync(0xffffffffu, cur[kU - 1].w[kWords - kHW + k], 31);
     const int64_t c_first = base * kN - o;
     // The window of pack u: columns c0 - kH .. c0 + kN - 1 (halo from the previous pack).
     auto window = [&](int u, float (&e)[kH + kN]) {
@@ -381,7 +392,7 @@ __global__ void __launch_bounds__(kCfWarps * 32, 4) fwd_cf_kernel(const Params p
       }
     };
 #pragma unroll
-    for (int u = 0; u < kCfU; ++u) {
+    for (int u = 0; u < kU; ++u) {
       float e[kH + kN], y[kN];
       window(u, e);
       // Uniform: the warp's 32 packs u (columns g0 .. g0 + 32 kN - 1) are whole, inside the
@@ -434,8 +445,12 @@ __global__ void __launch_bounds__(kCfWarps * 32, 4) fwd_cf_kernel(const Params p
     }
 #pragma unroll
     for (int k = 0; k < kHW; ++k) carry[k] = next_carry[k];
-#pragma unroll
-    for (int u = 0; u < kCfU; ++u) cur[u] = nxt[u];
+    if (base + 2 * kStep <= last) cf_load<T>(cur, xr, base + 2 * kStep, last, o, rowlen, lane);
+  };
+  for (int64_t base = first; base <= last; base += 2 * kStep) {
+    iterate(buf0, base);
+    if (base + kStep > last) break;
+    iterate(buf1, base + kStep);
   }
 }
 
@@ -748,10 +763,20 @@ inline void causal_conv1d_fwd(tvm::ffi::TensorView x, tvm::ffi::TensorView weigh
     if (time_unit) p.xs_t = 1;  // the warp kernel addresses columns as xr + c
     if (chan_first) {
       const dim3 grid(kernels::ceil_div(dim, detail::kCfWarps), static_cast<unsigned>(seqs));
+      // Rows of at most kCfShortPacks packs (every sequence, as the rows of x are) take the
+      // 2-pack kernel: twice the resident warps, the whole row loaded at once.
+      const bool short_rows = len_dim <= detail::kCfShortPacks * kN;
+      auto go = [&](auto kernel) {
+        kernel<<<grid, detail::kCfWarps * 32, 0, ctx.stream>>>(p);
+      };
+      auto by_len = [&](auto long_kernel, auto short_kernel) {
+        short_rows ? go(short_kernel) : go(long_kernel);
+      };
+      constexpr int kU = detail::kCfU, kS = detail::kCfUShort;
       switch (width) {
-        case 2: detail::fwd_cf_kernel<T, 2><<<grid, detail::kCfWarps * 32, 0, ctx.stream>>>(p); break;
-        case 3: detail::fwd_cf_kernel<T, 3><<<grid, detail::kCfWarps * 32, 0, ctx.stream>>>(p); break;
-        default: detail::fwd_cf_kernel<T, 4><<<grid, detail::kCfWarps * 32, 0, ctx.stream>>>(p); break;
+        case 2: by_len(detail::fwd_cf_kernel<T, 2, kU>, detail::fwd_cf_kernel<T, 2, kS>); break;
+        case 3: by_len(detail::fwd_cf_kernel<T, 3, kU>, detail::fwd_cf_kernel<T, 3, kS>); break;
+        default: by_len(detail::fwd_cf_kernel<T, 4, kU>, detail::fwd_cf_kernel<T, 4, kS>); break;
       }
     } else if (chan_last) {
       const dim3 grid(kernels::ceil_div(dim / kN, detail::kClP), static_cast<unsigned>(seqs));

@@ -3,8 +3,9 @@
 CUDA (in place, so each sequence's channel is owned by one warp or CTA from its first column to
 its last; the W-1 halo travels in registers, never re-read from the overwritten x):
 - channel-first x (stride 1 along time): a warp per (sequence, channel), 16-byte packs along time
-  interleaved over the lanes, double-buffered (the next 8 per lane in flight during this 8's
-  math), the halo by warp shuffles, a lean path for packs inside the sequence;
+  interleaved over the lanes, two buffers of 8 per lane (2 for rows of <= 1024 16-bit columns)
+  loaded at once and reloaded in turn, the halo by warp shuffles, a lean path for packs inside
+  the sequence;
 - 16-byte aligned channel-last x (the proj_out view): a 512-thread CTA per (sequence, 64 bytes of
   channels), 4 consecutive steps per thread, the halo by shuffles and a small shared buffer, the
   next round's loads in flight during this round's math;
