@@ -1,7 +1,8 @@
 """gemm.dsv3_fused_a_gemm against a float64 matmul rounded to bf16: every M of the CUDA kernel
 (1..16), past it (the torch fallback), DeepSeek-V3's 2112 x 7168 and odd N and K, strided a rows
-and b columns, strided out views, empty input, PDL on and off, bad arguments (a row-major b
-included), opcheck, torch.compile and CUDA graphs."""
+and b columns, strided out views, empty input, PDL on and off (PDL chains whose a the kernel just
+before wrote, the weight being read before the wait), bad arguments (a row-major b included),
+opcheck, torch.compile and CUDA graphs."""
 
 from __future__ import annotations
 
@@ -263,3 +264,49 @@ def test_pdl_chain_reads_each_previous_output(m):
         torch.cuda.synchronize()
         for i, out in enumerate(outs):
             assert torch.equal(out, expected[i + 1]), f"call {i + 1} differs from the eager chain"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", (1, 8, 9, 16))
+def test_pdl_weight_read_early_a_after_the_previous_kernel(m):
+    """DeepSeek-V3's fused_a (2112 x 7168: the ring kernel) under PDL copies its whole ring of
+    weight before griddepcontrol.wait and only a after it, so a must be the one the kernel right
+    before wrote. A CUDA graph of PDL calls over six weights, where a was just written by: even
+    steps, a torch kernel (a dtype-converting copy, whose dependents launch as its blocks exit)
+    rewriting a whole; odd steps, the previous call (which releases its dependents right after its
+    first copies) writing its output into a's first 2112 columns. Each replay, with new sources,
+    must equal bit for bit the same calls made one by one without PDL."""
+    n, k, steps = 2112, 7168, 6
+    bs = [
+        randn(n, k, dtype=torch.bfloat16, device="cuda", seed=70 + i, scale=0.05).t()
+        for i in range(steps)
+    ]
+    as_ = [randn(m, k, dtype=torch.bfloat16, device="cuda", seed=80 + i) for i in range(steps)]
+    srcs = [torch.empty(m, k, device="cuda") for _ in range(steps)]
+    outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(steps)]
+
+    def calls(pdl: bool) -> None:
+        for i in range(steps):
+            if i % 2 == 0:
+                as_[i].copy_(srcs[i])  # fp32 -> bf16: a kernel, not a memcpy node
+            out = as_[i + 1][:, :n] if i % 2 == 0 else outs[i]
+            dsv3_fused_a_gemm(as_[i], bs[i], out=out, enable_pdl=pdl)
+
+    def written() -> list[torch.Tensor]:
+        return [as_[i] if i % 2 == 0 else as_[i][:, :n] for i in range(steps)] + outs[1::2]
+
+    calls(False)  # built before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        calls(True)
+    for trial in range(3):
+        for i, src in enumerate(srcs):
+            src.copy_(randn(m, k, device="cuda", seed=100 * trial + i))
+        calls(False)
+        expected = [t.clone() for t in written()]
+        for t in written():
+            poison(t)
+        graph.replay()
+        torch.cuda.synchronize()
+        for i, (got, want) in enumerate(zip(written(), expected, strict=True)):
+            assert torch.equal(got, want), f"trial {trial}: tensor {i} differs from the eager calls"

@@ -1,6 +1,7 @@
 """gemm.dsv3_router_gemm against a float64 matmul: every M of the CUDA kernel (1..16, both row
 halves of its tensor-core tile), past it (the torch fallback), DeepSeek-V3's 256/384 x 7168 and odd
-E and K, strided x and w rows, strided out views, bf16 out, empty input, PDL on and off, bad
+E and K, strided x and w rows, strided out views, bf16 out, empty input, PDL on and off (PDL
+chains whose x the kernel just before wrote, the weight being read before the wait), bad
 arguments, opcheck, torch.compile and CUDA graphs."""
 
 from __future__ import annotations
@@ -280,3 +281,49 @@ def test_pdl_chain_reads_each_previous_output(m):
         torch.cuda.synchronize()
         for i in range(1, steps + 1):
             assert torch.equal(chain[i], eager[i]), f"step {i} differs from the eager chain"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", (1, 8, 9, 16))
+def test_pdl_weight_read_early_x_after_the_previous_kernel(m):
+    """DeepSeek-V3's router (256 x 7168: 4-CTA clusters) under PDL loads its weight before
+    griddepcontrol.wait and only x after it, so x must be the one the kernel right before wrote.
+    A CUDA graph of PDL calls over six weights, where x was just written by: even steps, a torch
+    kernel (a dtype-converting copy, whose dependents launch as its blocks exit) rewriting x whole;
+    odd steps, the previous router call (which releases its dependents right after its first
+    loads) writing its bf16 logits into x's first 256 columns. Each replay, with new sources, must
+    equal bit for bit the same calls made one by one without PDL."""
+    e, k, steps = 256, 7168, 6
+    ws = [
+        randn(e, k, dtype=torch.bfloat16, device="cuda", seed=70 + i, scale=0.05)
+        for i in range(steps)
+    ]
+    xs = [randn(m, k, dtype=torch.bfloat16, device="cuda", seed=80 + i) for i in range(steps)]
+    srcs = [torch.empty(m, k, device="cuda") for _ in range(steps)]
+    outs = [torch.empty(m, e, device="cuda", dtype=torch.bfloat16) for _ in range(steps)]
+
+    def calls(pdl: bool) -> None:
+        for i in range(steps):
+            if i % 2 == 0:
+                xs[i].copy_(srcs[i])  # fp32 -> bf16: a kernel, not a memcpy node
+            out = xs[i + 1][:, :e] if i % 2 == 0 else outs[i]
+            dsv3_router_gemm(xs[i], ws[i], out_dtype=torch.bfloat16, out=out, enable_pdl=pdl)
+
+    def written() -> list[torch.Tensor]:
+        return [xs[i] if i % 2 == 0 else xs[i][:, :e] for i in range(steps)] + outs[1::2]
+
+    calls(False)  # built before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        calls(True)
+    for trial in range(3):
+        for i, src in enumerate(srcs):
+            src.copy_(randn(m, k, device="cuda", seed=100 * trial + i))
+        calls(False)
+        expected = [t.clone() for t in written()]
+        for t in written():
+            poison(t)
+        graph.replay()
+        torch.cuda.synchronize()
+        for i, (got, want) in enumerate(zip(written(), expected, strict=True)):
+            assert torch.equal(got, want), f"trial {trial}: tensor {i} differs from the eager calls"

@@ -12,7 +12,8 @@ KERNELS_REQUIRE_HEADERS_API(2);
 #include "small_m_gemm.cuh"
 
 // out [M, N] bf16 (any strides); a [M, K] bf16 with a contiguous last dim; b [K, N] bf16 with
-// stride 1 along K (column-major); 16-byte aligned rows, M <= 16, K % 8 == 0. enable_pdl: -1 auto.
+// stride 1 along K (column-major); 16-byte aligned rows, M <= 16, K % 8 == 0. enable_pdl: -1 auto,
+// 0, 1; with PDL b is read before the previous kernel completes, so that kernel must not write it.
 inline void dsv3_fused_a_gemm(tvm::ffi::TensorView out, tvm::ffi::TensorView a,
                               tvm::ffi::TensorView b, int64_t enable_pdl) {
   constexpr const char* kOp = "gemm.dsv3_fused_a_gemm";

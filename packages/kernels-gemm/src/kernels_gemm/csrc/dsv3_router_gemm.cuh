@@ -11,7 +11,8 @@ KERNELS_REQUIRE_HEADERS_API(2);
 #include "small_m_gemm.cuh"
 
 // out [M, E] float32 or bfloat16 (any strides); x [M, K] bf16, w [E, K] bf16, both with a
-// contiguous last dim and 16-byte aligned rows; M <= 16, K % 8 == 0. enable_pdl: -1 auto, 0, 1.
+// contiguous last dim and 16-byte aligned rows; M <= 16, K % 8 == 0. enable_pdl: -1 auto, 0, 1;
+// with PDL w is read before the previous kernel completes, so that kernel must not write it.
 inline void dsv3_router_gemm(tvm::ffi::TensorView out, tvm::ffi::TensorView x,
                              tvm::ffi::TensorView w, int64_t enable_pdl) {
   constexpr const char* kOp = "gemm.dsv3_router_gemm";

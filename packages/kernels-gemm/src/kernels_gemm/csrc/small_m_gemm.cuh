@@ -39,16 +39,25 @@
 // of 4 needed 4 free SMs per cluster inside one GPC, which 132 SMs in GPCs of unequal size may
 // not offer in one wave.
 //
-// PDL: launched with programmatic stream serialization, each CTA first prefetches into L2 (cp.async
-// .bulk.prefetch: L2 is the point of coherence, so this can never observe stale data even if the
-// previous kernel writes the weight or x) the head of every warp's run of every weight row, at most
-// kPrefetchBytes per CTA (the router's 28 KB slices whole; 96 KB of fused_a's 229 KB: the grid's
-// 12.7 MB prefetch plus the 30 MB the running kernel reads stay inside the 50 MB L2), and the x
-// rows of its runs, spread over the column groups (x is read by all of them). It then waits
-// for the previous kernel (griddepcontrol.wait) before reading anything through L1, issues its
-// first loads and at once lets the next kernel launch (griddepcontrol.launch_dependents), whose
-// CTAs prefetch their own weight while this one streams. Back-to-back calls thus keep HBM busy
-// across the kernel boundary instead of paying launch, CTA start and a cold DRAM round trip each.
+// PDL: launched with programmatic stream serialization, a CTA may start while the previous kernel
+// on the stream still runs. It first prefetches into L2 (cp.async.bulk.prefetch: L2 is the point
+// of coherence, so this can never observe stale data) the x rows of its runs, spread over the
+// column groups (x is read by all of them), and the part of each warp's weight run head (at most
+// kPrefetchBytes per CTA) that it does not load itself before the wait. Then it LOADS ITS FIRST
+// WEIGHT STAGES BEFORE griddepcontrol.wait (gemm_kernel: two register stages, the router's whole
+// 28 KB slice at M <= 8; ring_kernel: the whole shared-memory ring, fused_a's first 128 of 229 KB
+// at M <= 8), so the weight, most of the bytes, streams while the previous kernel finishes; only
+// x waits. That is the ops' PDL contract: with PDL the weight is read before the preceding kernel
+// completes, so that kernel (or any earlier one still running because it released its
+// dependents before its own wait) must not write it; a model's weights are written by nothing
+// during inference, and the kernel before these GEMMs writes x (a norm). TensorRT-LLM's fused-A
+// kernel reads its weight without waiting in the same way. Without PDL the launch is serialized
+// and the wait is a no-op, so the order changes nothing. After the wait the CTA issues its first
+// x loads and at once lets the next kernel launch (griddepcontrol.launch_dependents), whose CTAs
+// (gemm_kernel: in the SM's second slot) load their own weight while this one computes.
+// Back-to-back calls thus keep HBM busy across the kernel boundary instead of paying launch, CTA
+// start and a cold DRAM round trip each, and after the wait only x moves from L2 (the router at
+// M = 1: 3.5 KB per CTA) instead of x and each CTA's 28 KB weight slice.
 #pragma once
 
 #include <kernels/version.h>
@@ -144,9 +153,12 @@ struct Work {
   bool xok[kHalves];
 };
 
-// The start of both kernels: the cluster's first arrive, the run, the PDL prefetch into L2 and
-// wait. Past it the kernel may read anything.
-template <int kTiles, int kHalves>
+// The start of both kernels: the cluster's first arrive, the run, the rows and, under PDL, the
+// prefetch into L2 of what the kernel reads after the wait: x, and the part of the weight run's
+// head past its first kPreloadChunks chunks (those the kernel itself loads before the wait). It
+// returns BEFORE griddepcontrol.wait: the caller issues its weight loads, then kernels::pdl_wait(),
+// then reads x (see the header's PDL note).
+template <int kTiles, int kHalves, int kPreloadChunks>
 __device__ __forceinline__ Work<kTiles, kHalves> begin(bool pdl, const Params& p,
                                                       uint64_t* inbox_bar) {
   Work<kTiles, kHalves> wk;
@@ -185,9 +197,14 @@ __device__ __forceinline__ Work<kTiles, kHalves> begin(bool pdl, const Params& p
   if (pdl) {  // the head of this warp's run of each weight row into L2 (see the header)
     constexpr int kRows = kTiles * 8;
     constexpr uint32_t kPerRun = kPrefetchBytes / (kRows * kWarps) / 16 * 16;
+    // The first kPreloadChunks chunks are loaded before the wait anyway: only the rest of the
+    // head (router M > 8: its 7th chunk; fused_a and the router at M <= 8: nothing).
+    constexpr uint32_t kPreloaded = kPreloadChunks * kChunk * sizeof(__nv_bfloat16);
     static_assert(kRows + kMaxRows <= 32, "one weight row, then one x row, per lane");
-    if (lane < kRows && col0 + lane < p.n && run_bytes > 0)
-      prefetch_l2(p.w + static_cast<int64_t>(col0 + lane) * p.sw + run_k, min(run_bytes, kPerRun));
+    const uint32_t head = min(run_bytes, kPerRun);
+    if (lane < kRows && col0 + lane < p.n && head > kPreloaded)
+      prefetch_l2(p.w + static_cast<int64_t>(col0 + lane) * p.sw + run_k + kPreloadChunks * kChunk,
+                  head - kPreloaded);
     // The run's x rows too (unless the previous kernel just wrote x, a DRAM round trip after the
     // wait otherwise): each (run, row) by one column group, as every group reads them.
     const int m = lane - kRows;
@@ -195,7 +212,6 @@ __device__ __forceinline__ Work<kTiles, kHalves> begin(bool pdl, const Params& p
     if (m >= 0 && m < p.m && run_bytes > 0 && (warp * p.m + m) % groups == col0 / (kTiles * 8))
       prefetch_l2(p.x + static_cast<int64_t>(m) * p.sx + run_k, run_bytes);
   }
-  kernels::pdl_wait();
 
   // This lane's rows: weight row col0 + 8j + g of each tile; x rows g and g + 8.
 #pragma unroll
@@ -285,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   __shared__ float inbox[kMaxSplit][kTileElems];  // the ranks' partials of the elements owned here
   __shared__ __align__(8) uint64_t inbox_bar;      // counts the bytes pushed into inbox
 
-  const Work<kTiles, kHalves> wk = begin<kTiles, kHalves>(pdl, p, &inbox_bar);
+  const Work<kTiles, kHalves> wk = begin<kTiles, kHalves, 2 * kUnroll>(pdl, p, &inbox_bar);
   const int rank = wk.rank, col0 = wk.col0, run_begin = wk.run_begin, run_end = wk.run_end;
   const int t = threadIdx.x & 3;
 
@@ -306,16 +322,25 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   }
 
   using S = Stage<kUnroll, kTiles, kHalves>;
-  auto load = [&](S& s, int stage) {
-    const int c0 = run_begin + stage * kUnroll;
+  // A stage's weight vectors, and its x vectors: the first two stages' weight is loaded before the
+  // PDL wait, their x after it.
+  auto load_w = [&](S& s, int stage) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u;
+      const int c = run_begin + stage * kUnroll + u;
       const int64_t k = static_cast<int64_t>(c) * kChunk;
       // K % 8 == 0, so a lane's 8 values are all inside K or all outside.
       const bool in = c < run_end && k + t * kVec < p.k;
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) s.w[u][j] = load_or_zero(wk.wrow[j] + k, in && wk.wok[j]);
+    }
+  };
+  auto load_x = [&](S& s, int stage) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = run_begin + stage * kUnroll + u;
+      const int64_t k = static_cast<int64_t>(c) * kChunk;
+      const bool in = c < run_end && k + t * kVec < p.k;
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) s.x[u][h] = load_or_zero(wk.xrow[h] + k, in && wk.xok[h]);
     }
@@ -334,18 +359,33 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
     }
   };
 
-  // Two stages in flight: the next stage's loads go out before this stage's MMAs.
+  // Two stages in flight: each stage's refill goes out right after its MMAs, before the other
+  // stage's. Under PDL the first two stages' weight (the router's whole run at M <= 8, 6 of its 7
+  // chunks at M > 8) is loaded before griddepcontrol.wait, while the previous kernel finishes (the
+  // op's contract: that kernel does not write the weight), and only x after it.
   S a, b;
-  if (stages > 0) load(a, 0);
+  if (stages > 0) load_w(a, 0);
+  if (stages > 1) load_w(b, 1);
+  kernels::pdl_wait();
+  if (stages > 0) load_x(a, 0);
+  if (stages > 1) load_x(b, 1);
   // This CTA's first loads are out: the next kernel may launch (its CTAs take the SM's second
-  // slot, prefetch their weight, and wait for this grid to finish before any other access).
+  // slot, load their weight, and wait for this grid to finish before reading x).
   kernels::pdl_launch_dependents();
 #pragma unroll 1
   for (int s = 0; s < stages; s += 2) {
-    if (s + 1 < stages) load(b, s + 1);
     compute(a);
-    if (s + 2 < stages) load(a, s + 2);
-    if (s + 1 < stages) compute(b);
+    if (s + 2 < stages) {
+      load_w(a, s + 2);
+      load_x(a, s + 2);
+    }
+    if (s + 1 < stages) {
+      compute(b);
+      if (s + 3 < stages) {
+        load_w(b, s + 3);
+        load_x(b, s + 3);
+      }
+    }
   }
 
   // Two chains into one, then the CTA's and the cluster's sums.
@@ -418,7 +458,8 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
   __shared__ __align__(8) uint64_t inbox_bar;
   extern __shared__ __align__(16) uint4 ring[];
 
-  const Work<kTiles, kHalves> wk = begin<kTiles, kHalves>(pdl, p, &inbox_bar);
+  const Work<kTiles, kHalves> wk =
+      begin<kTiles, kHalves, kStages * kRingUnroll>(pdl, p, &inbox_bar);
   const int run_begin = wk.run_begin, run_end = wk.run_end;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -432,9 +473,10 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
   const uint32_t mine_s = static_cast<uint32_t>(__cvta_generic_to_shared(mine));
   auto slot = [&](int r, int u, int v) { return ((r * kRingUnroll + u) * kV + v) * 32; };
 
-  // Stage s (if it exists) into ring slot r; a group is committed either way, so the count of
-  // groups, and the wait below, do not depend on the run's length.
-  auto issue = [&](int s, int r) {
+  // Stage s (if it exists) into ring slot r: its weight vectors, its x vectors, or both; then a
+  // group is committed either way, so the count of groups, and the wait below, do not depend on
+  // the run's length.
+  auto issue = [&](int s, int r, bool weight, bool x) {
     if (s < stages) {
 #pragma unroll
       for (int u = 0; u < kRingUnroll; ++u) {
@@ -442,23 +484,37 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
         const int64_t k = static_cast<int64_t>(c) * kChunk;
         // K % 8 == 0, so a lane's 8 values are all inside K or all outside.
         const bool in = c < run_end && k + t * kVec < p.k;
+        if (weight) {
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-          const bool ok = in && wk.wok[j];
-          cp_async_16(mine_s + slot(r, u, j) * 16, ok ? wk.wrow[j] + k : wk.wrow[j], ok);
+          for (int j = 0; j < kTiles; ++j) {
+            const bool ok = in && wk.wok[j];
+            cp_async_16(mine_s + slot(r, u, j) * 16, ok ? wk.wrow[j] + k : wk.wrow[j], ok);
+          }
         }
+        if (x) {
 #pragma unroll
-        for (int h = 0; h < kHalves; ++h) {
-          const bool ok = in && wk.xok[h];
-          cp_async_16(mine_s + slot(r, u, kTiles + h) * 16, ok ? wk.xrow[h] + k : wk.xrow[h], ok);
+          for (int h = 0; h < kHalves; ++h) {
+            const bool ok = in && wk.xok[h];
+            cp_async_16(mine_s + slot(r, u, kTiles + h) * 16, ok ? wk.xrow[h] + k : wk.xrow[h],
+                        ok);
+          }
         }
       }
     }
     cp_async_commit();
   };
 
+  // The whole ring's weight before the PDL wait (fused_a at M <= 8: 128 KB of the CTA's 229 KB),
+  // while the previous kernel finishes (the op's contract: that kernel does not write the weight);
+  // x after it. Groups 0..kStages-1 then hold the stages' weight, kStages..2 kStages-1 their x,
+  // and the refill of stage s >= kStages (issued at step s - kStages) is group kStages + s: stage
+  // s always completes with group kStages + s, and at step s, 2 kStages + s groups are committed,
+  // so waiting until at most kStages - 1 are pending still means stage s has landed.
 #pragma unroll
-  for (int s = 0; s < kStages; ++s) issue(s, s);
+  for (int s = 0; s < kStages; ++s) issue(s, s, true, false);
+  kernels::pdl_wait();
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) issue(s, s, false, true);
   // This CTA's first loads are out: the next kernel may launch.
   kernels::pdl_launch_dependents();
 
@@ -476,7 +532,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
   int r = 0;
 #pragma unroll 1
   for (int s = 0; s < stages; ++s) {
-    cp_async_wait<kStages - 1>();  // groups 0..s have landed: stage s is in slot r
+    cp_async_wait<kStages - 1>();  // groups 0..kStages + s have landed: stage s is in slot r
 #pragma unroll
     for (int u = 0; u < kRingUnroll; ++u) {
       const uint4 lo = mine[slot(r, u, kTiles)];
@@ -488,7 +544,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
         mma_bf16(acc[kChains - 1][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
       }
     }
-    issue(s + kStages, r);
+    issue(s + kStages, r, true, true);
     r = r + 1 == kStages ? 0 : r + 1;
   }
 

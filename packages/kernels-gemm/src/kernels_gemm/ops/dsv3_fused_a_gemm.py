@@ -10,6 +10,9 @@ of K for N = 2112, streaming the 30 MB weight once with 16-byte cp.async copies 
 shared-memory ring, 80-112 KB in flight per SM, into tensor-core MMAs; no split-K workspace) for
 M <= 16 and K % 8 == 0 with 16-byte aligned rows; the torch reference (fp32 accumulation, rounded
 once) for everything else.
+
+PDL contract: with ``enable_pdl`` (on by default on sm_90+) the weight is read before the
+preceding kernel on the stream completes, so that kernel must not write it (see the parameter).
 """
 
 from __future__ import annotations
@@ -104,8 +107,13 @@ def dsv3_fused_a_gemm(
         weight (DeepSeek-V3: [2112, 7168]), as sgl-kernel and vLLM take it.
     out : optional destination [M, N] bfloat16 (may be a strided view).
     backend : force ``cuda`` or ``torch`` instead of the best eligible one.
-    enable_pdl : programmatic dependent launch (the weight is prefetched into L2 while the
-        previous kernel finishes); None: on for sm_90+; True: always; False: never.
+    enable_pdl : programmatic dependent launch; None: on for sm_90+; True: always; False:
+        never. With PDL the kernel starts while the previous kernel on the stream finishes and
+        reads ``b`` BEFORE that kernel has completed (only ``a`` waits for it), so ``b`` must
+        not be written by the kernel launched just before this call (nor by an earlier one still
+        running, when that kernel releases its dependents before its own wait). A model's
+        weights qualify; after a kernel that writes ``b``, pass False, or launch any kernel
+        without PDL in between (``torch.compile`` runs this knob at its default).
     """
     # On the CUDA fast path the compiled function checks shapes, strides, dtypes and devices.
     fast = (

@@ -6,6 +6,9 @@ weight streamed once over every SM; for E = 256 clusters of 4 CTAs split K and r
 distributed shared memory) for M <= 16 and K % 8 == 0 with 16-byte aligned rows; the torch
 reference (fp32 accumulation) for everything else: larger M (cuBLAS territory), odd K, misaligned
 views.
+
+PDL contract: with ``enable_pdl`` (on by default on sm_90+) the weight is read before the
+preceding kernel on the stream completes, so that kernel must not write it (see the parameter).
 """
 
 from __future__ import annotations
@@ -96,8 +99,13 @@ def dsv3_router_gemm(
     out_dtype : torch.float32 (default) or torch.bfloat16.
     out : optional destination [M, E] of ``out_dtype`` (may be a strided view).
     backend : force ``cuda`` or ``torch`` instead of the best eligible one.
-    enable_pdl : programmatic dependent launch (the weight is prefetched into L2 while the
-        previous kernel finishes); None: on for sm_90+; True: always; False: never.
+    enable_pdl : programmatic dependent launch; None: on for sm_90+; True: always; False:
+        never. With PDL the kernel starts while the previous kernel on the stream finishes and
+        reads ``w`` BEFORE that kernel has completed (only ``x`` waits for it), so ``w`` must
+        not be written by the kernel launched just before this call (nor by an earlier one still
+        running, when that kernel releases its dependents before its own wait). A model's
+        weights qualify; after a kernel that writes ``w``, pass False, or launch any kernel
+        without PDL in between (``torch.compile`` runs this knob at its default).
     """
     if out_dtype not in OUT_DTYPES:
         raise TypeError(
