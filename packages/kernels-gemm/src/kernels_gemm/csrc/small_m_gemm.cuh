@@ -230,10 +230,39 @@ __device__ __forceinline__ Work<kTiles, kHalves> begin(bool pdl, const Params& p
   return wk;
 }
 
-// The end of both kernels: the warps' tiles summed in warp order in shared memory, then (split > 1)
-// across the cluster in rank order, and stored. `acc`: this warp's tiles (MMA C fragments).
+// A warp's accumulators in both kernels, acc[kChains<kTiles>][kTiles][4] (MMA C fragments). With
+// one tile, a chunk's second MMA accumulates into a second set of registers: two dependent MMA
+// chains of half the length, as with two tiles (the MMAs after the last loads land are on the
+// critical path). finish adds the sets before the warps' tiles are summed.
+template <int kTiles>
+constexpr int kChains = kTiles == 1 ? 2 : 1;
+
+template <int kTiles>
+__device__ __forceinline__ void zero_acc(float (&acc)[kChains<kTiles>][kTiles][4]) {
+#pragma unroll
+  for (int c = 0; c < kChains<kTiles>; ++c) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[c][j][i] = 0.0f;
+    }
+  }
+}
+
+// One chunk of tile j: the lane's x rows g (lo) and g + 8 (hi) against its weight vector b, k
+// values 0-3 of each into the first chain, 4-7 into the last (see the header's k order).
+template <int kTiles>
+__device__ __forceinline__ void mma_chunk(float (&acc)[kChains<kTiles>][kTiles][4], int j,
+                                          uint4 lo, uint4 hi, uint4 b) {
+  mma_bf16(acc[0][j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+  mma_bf16(acc[kChains<kTiles> - 1][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+}
+
+// The end of both kernels: the chains into one, the warps' tiles summed in warp order in shared
+// memory, then (split > 1) across the cluster in rank order, and stored. `acc`: this warp's
+// accumulators (see zero_acc).
 template <typename OutT, int kTiles>
-__device__ __forceinline__ void finish(const float (&acc)[kTiles][4],
+__device__ __forceinline__ void finish(float (&acc)[kChains<kTiles>][kTiles][4],
                                        float (*partial)[kTiles * 128],
                                        float (*inbox)[kTiles * 128], uint64_t* inbox_bar,
                                        const Params& p, int rank, int col0) {
@@ -243,8 +272,15 @@ __device__ __forceinline__ void finish(const float (&acc)[kTiles][4],
   const int split = p.split;
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
+    if (kChains<kTiles> > 1) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[0][j][i] += acc[kChains<kTiles> - 1][j][i];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
     *reinterpret_cast<float4*>(&partial[warp][j * 128 + lane * 4]) =
-        make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+        make_float4(acc[0][j][0], acc[0][j][1], acc[0][j][2], acc[0][j][3]);
   }
   __syncthreads();
   const int e = threadIdx.x;  // kTileElems <= kThreads: one element per thread
@@ -307,19 +343,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
 
   const int stages = run_end > run_begin ? (run_end - run_begin + kUnroll - 1) / kUnroll : 0;
 
-  // With one tile, a chunk's second MMA accumulates into a second set of registers: two dependent
-  // MMA chains of half the length, as with two tiles (the MMAs after the last loads land are on
-  // the critical path). The sets are added before the warps' tiles are summed.
-  constexpr int kChains = kTiles == 1 ? 2 : 1;
-  float acc[kChains][kTiles][4];
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) {
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[c][j][i] = 0.0f;
-    }
-  }
+  float acc[kChains<kTiles>][kTiles][4];
+  zero_acc<kTiles>(acc);
 
   using S = Stage<kUnroll, kTiles, kHalves>;
   // A stage's weight vectors, and its x vectors: the first two stages' weight is loaded before the
@@ -351,11 +376,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
       const uint4 lo = s.x[u][0];
       const uint4 hi = kHalves > 1 ? s.x[u][kHalves - 1] : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        const uint4 b = s.w[u][j];
-        mma_bf16(acc[0][j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-        mma_bf16(acc[kChains - 1][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
-      }
+      for (int j = 0; j < kTiles; ++j) mma_chunk<kTiles>(acc, j, lo, hi, s.w[u][j]);
     }
   };
 
@@ -388,15 +409,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
     }
   }
 
-  // Two chains into one, then the CTA's and the cluster's sums.
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    if (kChains > 1) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[0][j][i] += acc[kChains - 1][j][i];
-    }
-  }
-  finish<OutT, kTiles>(acc[0], partial, inbox, &inbox_bar, p, rank, col0);
+  finish<OutT, kTiles>(acc, partial, inbox, &inbox_bar, p, rank, col0);
 #endif
 }
 
@@ -518,16 +531,8 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
   // This CTA's first loads are out: the next kernel may launch.
   kernels::pdl_launch_dependents();
 
-  constexpr int kChains = kTiles == 1 ? 2 : 1;  // as gemm_kernel
-  float acc[kChains][kTiles][4];
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) {
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[c][j][i] = 0.0f;
-    }
-  }
+  float acc[kChains<kTiles>][kTiles][4];
+  zero_acc<kTiles>(acc);
 
   int r = 0;
 #pragma unroll 1
@@ -538,24 +543,13 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
       const uint4 lo = mine[slot(r, u, kTiles)];
       const uint4 hi = kHalves > 1 ? mine[slot(r, u, kTiles + 1)] : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        const uint4 b = mine[slot(r, u, j)];
-        mma_bf16(acc[0][j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-        mma_bf16(acc[kChains - 1][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
-      }
+      for (int j = 0; j < kTiles; ++j) mma_chunk<kTiles>(acc, j, lo, hi, mine[slot(r, u, j)]);
     }
     issue(s + kStages, r, true, true);
     r = r + 1 == kStages ? 0 : r + 1;
   }
 
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    if (kChains > 1) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[0][j][i] += acc[kChains - 1][j][i];
-    }
-  }
-  finish<OutT, kTiles>(acc[0], partial, inbox, &inbox_bar, p, wk.rank, wk.col0);
+  finish<OutT, kTiles>(acc, partial, inbox, &inbox_bar, p, wk.rank, wk.col0);
 #endif
 }
 
