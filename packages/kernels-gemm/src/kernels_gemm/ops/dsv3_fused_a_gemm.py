@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from kernels_gemm import reference
-from kernels_gemm._small_m import MAX_ROWS, rows_fit
+from kernels_gemm._small_m import cuda_refusal
 from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
 from kernels_jit.loader import CompiledFunction
@@ -66,20 +66,11 @@ def _dsv3_fused_a_gemm_torch(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor
 def _dsv3_fused_a_gemm_cuda_eligible(
     out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, enable_pdl: int
 ) -> str | None:
-    """M <= 16 (one tile of rows), K % 8 == 0 and 16-byte aligned rows of a and of the weight
-    (b's columns). Malformed arguments are left to the kernel, which rejects them."""
-    if a.dim() != 2 or b.dim() != 2:
-        return None
-    if a.shape[1] > 1 and (a.stride(1) != 1 or b.stride(0) != 1):
-        return None
-    if a.shape[0] > MAX_ROWS:
-        return f"M = {a.shape[0]} > {MAX_ROWS} rows (cuBLAS territory)"
-    k = a.shape[1]
-    if k % 8:
-        return f"K = {k} is not a multiple of 8 (16-byte rows)"
-    if not (rows_fit(a, k) and rows_fit(b.t(), k)):
-        return "a rows or b columns are not 16-byte aligned"
-    return None
+    """The small-M engine's limits (M <= 16, K % 8 == 0, 16-byte aligned rows) on a and the
+    weight, b's columns (b.t(): [N, K])."""
+    if b.dim() != 2:
+        return None  # malformed: left to the kernel, which rejects it
+    return cuda_refusal(a, b.t(), "a rows or b columns are not 16-byte aligned")
 
 
 DSV3_FUSED_A_GEMM = Op(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from kernels_gemm import reference
-from kernels_gemm._small_m import MAX_ROWS, rows_fit
+from kernels_gemm._small_m import cuda_refusal
 from kernels_jit import ModuleSpec
 from kernels_jit.dispatch import Op
 from kernels_jit.loader import CompiledFunction
@@ -58,20 +58,8 @@ def _dsv3_router_gemm_torch(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor)
 def _dsv3_router_gemm_cuda_eligible(
     out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, enable_pdl: int
 ) -> str | None:
-    """M <= 16 (one tile of rows; cuBLAS wins past it), K % 8 == 0 and 16-byte aligned rows.
-    Malformed arguments are left to the kernel, which rejects them with a ValueError."""
-    if x.dim() != 2 or w.dim() != 2:
-        return None
-    if x.shape[1] > 1 and (x.stride(1) != 1 or w.stride(1) != 1):
-        return None
-    if x.shape[0] > MAX_ROWS:
-        return f"M = {x.shape[0]} > {MAX_ROWS} rows (cuBLAS territory)"
-    k = x.shape[1]
-    if k % 8:
-        return f"K = {k} is not a multiple of 8 (16-byte rows)"
-    if not (rows_fit(x, k) and rows_fit(w, k)):
-        return "x or w rows are not 16-byte aligned"
-    return None
+    """The small-M engine's limits (M <= 16, K % 8 == 0, 16-byte aligned rows)."""
+    return cuda_refusal(x, w, "x or w rows are not 16-byte aligned")
 
 
 DSV3_ROUTER_GEMM = Op(
