@@ -17,6 +17,7 @@ from kernels_gemm import dsv3_fused_a_gemm, reference
 from kernels_jit.errors import KernelsFallbackWarning
 from shared.testing.compare import assert_close
 from shared.testing.devices import GPU
+from shared.testing.graphs import assert_pdl_chain_matches_eager
 from shared.testing.inputs import misaligned, poison, randn, row_strided
 
 DEVICES = [pytest.param("cpu", id="cpu"), GPU]
@@ -282,31 +283,9 @@ def test_pdl_weight_read_early_a_after_the_previous_kernel(m):
         for i in range(steps)
     ]
     as_ = [randn(m, k, dtype=torch.bfloat16, device="cuda", seed=80 + i) for i in range(steps)]
-    srcs = [torch.empty(m, k, device="cuda") for _ in range(steps)]
-    outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(steps)]
-
-    def calls(pdl: bool) -> None:
-        for i in range(steps):
-            if i % 2 == 0:
-                as_[i].copy_(srcs[i])  # fp32 -> bf16: a kernel, not a memcpy node
-            out = as_[i + 1][:, :n] if i % 2 == 0 else outs[i]
-            dsv3_fused_a_gemm(as_[i], bs[i], out=out, enable_pdl=pdl)
-
-    def written() -> list[torch.Tensor]:
-        return [as_[i] if i % 2 == 0 else as_[i][:, :n] for i in range(steps)] + outs[1::2]
-
-    calls(False)  # built before capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        calls(True)
-    for trial in range(3):
-        for i, src in enumerate(srcs):
-            src.copy_(randn(m, k, device="cuda", seed=100 * trial + i))
-        calls(False)
-        expected = [t.clone() for t in written()]
-        for t in written():
-            poison(t)
-        graph.replay()
-        torch.cuda.synchronize()
-        for i, (got, want) in enumerate(zip(written(), expected, strict=True)):
-            assert torch.equal(got, want), f"trial {trial}: tensor {i} differs from the eager calls"
+    assert_pdl_chain_matches_eager(
+        lambda i, a, out, pdl: dsv3_fused_a_gemm(a, bs[i], out=out, enable_pdl=pdl),
+        as_,
+        n,
+        torch.bfloat16,
+    )

@@ -17,6 +17,7 @@ from kernels_gemm import dsv3_router_gemm, reference
 from kernels_jit.errors import KernelsFallbackWarning
 from shared.testing.compare import assert_close
 from shared.testing.devices import GPU
+from shared.testing.graphs import assert_pdl_chain_matches_eager
 from shared.testing.inputs import misaligned, poison, randn, row_strided
 
 DEVICES = [pytest.param("cpu", id="cpu"), GPU]
@@ -299,31 +300,11 @@ def test_pdl_weight_read_early_x_after_the_previous_kernel(m):
         for i in range(steps)
     ]
     xs = [randn(m, k, dtype=torch.bfloat16, device="cuda", seed=80 + i) for i in range(steps)]
-    srcs = [torch.empty(m, k, device="cuda") for _ in range(steps)]
-    outs = [torch.empty(m, e, device="cuda", dtype=torch.bfloat16) for _ in range(steps)]
-
-    def calls(pdl: bool) -> None:
-        for i in range(steps):
-            if i % 2 == 0:
-                xs[i].copy_(srcs[i])  # fp32 -> bf16: a kernel, not a memcpy node
-            out = xs[i + 1][:, :e] if i % 2 == 0 else outs[i]
-            dsv3_router_gemm(xs[i], ws[i], out_dtype=torch.bfloat16, out=out, enable_pdl=pdl)
-
-    def written() -> list[torch.Tensor]:
-        return [xs[i] if i % 2 == 0 else xs[i][:, :e] for i in range(steps)] + outs[1::2]
-
-    calls(False)  # built before capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        calls(True)
-    for trial in range(3):
-        for i, src in enumerate(srcs):
-            src.copy_(randn(m, k, device="cuda", seed=100 * trial + i))
-        calls(False)
-        expected = [t.clone() for t in written()]
-        for t in written():
-            poison(t)
-        graph.replay()
-        torch.cuda.synchronize()
-        for i, (got, want) in enumerate(zip(written(), expected, strict=True)):
-            assert torch.equal(got, want), f"trial {trial}: tensor {i} differs from the eager calls"
+    assert_pdl_chain_matches_eager(
+        lambda i, x, out, pdl: dsv3_router_gemm(
+            x, ws[i], out_dtype=torch.bfloat16, out=out, enable_pdl=pdl
+        ),
+        xs,
+        e,
+        torch.bfloat16,
+    )
