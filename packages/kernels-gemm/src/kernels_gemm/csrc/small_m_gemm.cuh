@@ -347,15 +347,20 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   zero_acc<kTiles>(acc);
 
   using S = Stage<kUnroll, kTiles, kHalves>;
+  // Chunk u of a stage: its first k, and whether this lane's 8 values exist (the chunk is in the
+  // run and, K % 8 == 0, the values all inside K, else all outside).
+  auto chunk = [&](int stage, int u, int64_t& k) {
+    const int c = run_begin + stage * kUnroll + u;
+    k = static_cast<int64_t>(c) * kChunk;
+    return c < run_end && k + t * kVec < p.k;
+  };
   // A stage's weight vectors, and its x vectors: the first two stages' weight is loaded before the
   // PDL wait, their x after it.
   auto load_w = [&](S& s, int stage) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int c = run_begin + stage * kUnroll + u;
-      const int64_t k = static_cast<int64_t>(c) * kChunk;
-      // K % 8 == 0, so a lane's 8 values are all inside K or all outside.
-      const bool in = c < run_end && k + t * kVec < p.k;
+      int64_t k;
+      const bool in = chunk(stage, u, k);
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) s.w[u][j] = load_or_zero(wk.wrow[j] + k, in && wk.wok[j]);
     }
@@ -363,9 +368,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   auto load_x = [&](S& s, int stage) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int c = run_begin + stage * kUnroll + u;
-      const int64_t k = static_cast<int64_t>(c) * kChunk;
-      const bool in = c < run_end && k + t * kVec < p.k;
+      int64_t k;
+      const bool in = chunk(stage, u, k);
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) s.x[u][h] = load_or_zero(wk.xrow[h] + k, in && wk.xok[h]);
     }
