@@ -60,18 +60,53 @@ struct Part {
   const float* scale = nullptr;  // fp8 caches only; null: 1.0
 };
 
+// Which slots are written, and where: (block, offset) = divmod(slot, block_size). Shared by the
+// register and bulk paths (its fields keep the kernel parameters' layout of the flat fields it
+// replaced).
+struct SlotMap {
+  int64_t limit = 0;    // slots in the cache: a slot >= limit is skipped
+  int64_t skip = -1;    // one more slot value to skip (negative: none)
+  int64_t block_size = 1;
+  kernels::FastDivmod block_div;  // block_size, when limit < 2^31
+  bool wide = false;              // limit >= 2^31: 64-bit division
+
+  SlotMap() = default;
+  SlotMap(int64_t limit_, int64_t skip_, int64_t block_size_)
+      : limit(limit_), skip(skip_), block_size(block_size_), wide(limit_ >= (int64_t{1} << 31)) {
+    if (block_size > 1 && !wide) block_div = kernels::FastDivmod(static_cast<uint32_t>(block_size));
+  }
+
+  // Not padding (negative), the skip index, or out of range: the row is written.
+  __device__ __forceinline__ bool kept(int64_t slot) const {
+    return slot >= 0 && slot != skip && slot < limit;
+  }
+
+  // The slot's block and its offset in the block.
+  __device__ __forceinline__ void place(int64_t slot, int64_t& block, int64_t& offset) const {
+    block = slot;
+    offset = 0;
+    if (block_size > 1) {
+      if (wide) {
+        block = slot / block_size;
+        offset = slot - block * block_size;
+      } else {
+        uint32_t q, r;
+        block_div.divmod(static_cast<uint32_t>(slot), q, r);
+        block = q;
+        offset = r;
+      }
+    }
+  }
+};
+
 template <typename T, typename TC>
 struct Params {
   Part<T, TC> a;
   Part<T, TC> b;  // items == 0 when absent
   const void* slots = nullptr;
   int64_t tokens = 0;
-  int64_t limit = 0;    // slots in the cache: a slot >= limit is skipped
-  int64_t skip = -1;    // one more slot value to skip (negative: none)
-  int64_t block_size = 1;
-  kernels::FastDivmod block_div;  // block_size, when limit < 2^31
-  bool wide = false;              // limit >= 2^31 and block_size > 1: 64-bit division
-  int group_shift = 0;            // log2(G)
+  SlotMap map;
+  int group_shift = 0;  // log2(G)
 };
 
 // fp8 e4m3 bytes of kN values (kN = 1, 2, 4 or 8), stored with one access.
@@ -109,19 +144,9 @@ __device__ __forceinline__ void write_token(const Params<T, TC>& p, int64_t toke
                                             int g, bool pdl) {
   constexpr bool kFp8 = std::is_same_v<TC, uint8_t>;
   const int64_t slot = static_cast<int64_t>(static_cast<const Idx*>(p.slots)[token]);
-  if (slot < 0 || slot == p.skip || slot >= p.limit) return;  // padding, skipped, out of range
-  int64_t block = slot, offset = 0;
-  if (p.block_size > 1) {
-    if (p.wide) {
-      block = slot / p.block_size;
-      offset = slot - block * p.block_size;
-    } else {
-      uint32_t q, r;
-      p.block_div.divmod(static_cast<uint32_t>(slot), q, r);
-      block = q;
-      offset = r;
-    }
-  }
+  if (!p.map.kept(slot)) return;
+  int64_t block, offset;
+  p.map.place(slot, block, offset);
   [[maybe_unused]] float scale_a = 1.f, scale_b = 1.f;
   if constexpr (kFp8) {
     if (p.a.scale) scale_a = *p.a.scale;
@@ -221,11 +246,7 @@ struct BulkParams {
   BulkPart a, b;
   const void* slots = nullptr;
   int64_t tokens = 0;
-  int64_t limit = 0;
-  int64_t skip = -1;
-  int64_t block_size = 1;
-  kernels::FastDivmod block_div;
-  bool wide = false;
+  SlotMap map;
   uint32_t row_bytes = 0;    // a's and b's bytes: one stage's transaction count
   uint32_t stage_bytes = 0;  // row_bytes rounded up to 128
   int stages = 0;            // kBulkMinStages..kBulkMaxStages
@@ -388,19 +409,9 @@ __global__ void __launch_bounds__(32)
     // fence (fence.proxy.async compiles to MEMBAR.ALL.CTA; DeepEP's TMA load -> store copies
     // go without one too).
     bulk_mbarrier_wait(bars + 8 * static_cast<uint32_t>(s), parity);
-    if (slot >= 0 && slot != p.skip && slot < p.limit) {
-      int64_t block = slot, offset = 0;
-      if (p.block_size > 1) {
-        if (p.wide) {
-          block = slot / p.block_size;
-          offset = slot - block * p.block_size;
-        } else {
-          uint32_t q, r;
-          p.block_div.divmod(static_cast<uint32_t>(slot), q, r);
-          block = q;
-          offset = r;
-        }
-      }
+    if (p.map.kept(slot)) {
+      int64_t block, offset;
+      p.map.place(slot, block, offset);
       bulk_issue_stores(p, block, offset, stage, lane);
     }
     bulk_commit();  // every iteration, empty or not: the groups count tokens
@@ -522,12 +533,7 @@ inline bool launch_bulk(const kernels::Launch& ctx, int64_t es, const PartSpec& 
   p.b = bulk_part(b, es, a_bytes);
   p.slots = kernels::data<const void>(slots);
   p.tokens = tokens;
-  p.limit = limit;
-  p.skip = skip;
-  p.block_size = block_size;
-  p.wide = limit >= (int64_t{1} << 31);
-  if (block_size > 1 && !p.wide)
-    p.block_div = kernels::FastDivmod(static_cast<uint32_t>(block_size));
+  p.map = SlotMap(limit, skip, block_size);
   p.row_bytes = static_cast<uint32_t>(row);
   p.stage_bytes = static_cast<uint32_t>((row + 127) / 128 * 128);
   p.stages = std::clamp(kBulkStageBudget / static_cast<int>(p.stage_bytes), kBulkMinStages,
@@ -560,11 +566,7 @@ void write_rows(const kernels::Launch& ctx, const PartSpec& a, const PartSpec& b
   p.b = make_part<T, TC>(b, kN);
   p.slots = kernels::data<const void>(slots);
   p.tokens = tokens;
-  p.limit = limit;
-  p.skip = skip;
-  p.block_size = block_size;
-  p.wide = limit >= (int64_t{1} << 31);
-  if (block_size > 1 && !p.wide) p.block_div = kernels::FastDivmod(static_cast<uint32_t>(block_size));
+  p.map = SlotMap(limit, skip, block_size);
   // Threads per token: about kUnroll packs each, more (up to the row) while the grid is short
   // of one full wave of 2048 threads per SM (latency of small batches).
   const int g = kernels::threads_per_row(items, tokens, kUnroll, kThreads, ctx.device);
