@@ -87,10 +87,21 @@ def test_every_decode_m_at_deepseek_shape(m):
 RING_SHAPES = ((2112, 4096), (2112, 4064), (2104, 7176), (136, 16384), (24, 16384), (40, 16392))
 
 
+@pytest.fixture
+def ring_on(monkeypatch):
+    """The ring kernel at every M (fused_a's default keeps gemm_kernel), the other switches at
+    the router's choices (st.async pushes, weight before the PDL wait)."""
+    import kernels_gemm.ops.dsv3_fused_a_gemm as op_module
+
+    monkeypatch.setattr(op_module, "_RING_MAX_M", 16)
+    monkeypatch.setattr(op_module, "_CLUSTER_PUSH", True)
+    monkeypatch.setattr(op_module, "_WEIGHT_FIRST", True)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", RING_SHAPES, ids=str)
 @pytest.mark.parametrize("m", (1, 5, 8, 9, 16))
-def test_ring_kernel_edges(shape, m):
+def test_ring_kernel_edges(shape, m, ring_on):
     n, k = shape
     a, b = _inputs(m, n, k, "cuda", seed=7 * m + n)
     out = poison(torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
@@ -99,7 +110,7 @@ def test_ring_kernel_edges(shape, m):
 
 
 @pytest.mark.gpu
-def test_ring_kernel_strided_rows_and_out_view():
+def test_ring_kernel_strided_rows_and_out_view(ring_on):
     """The ring kernel's copies from row-strided a and weight rows apart in a wider buffer, into
     an out view inside a wider buffer (other columns untouched)."""
     for m in (3, 12):
@@ -117,7 +128,7 @@ def test_ring_kernel_strided_rows_and_out_view():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", (1, 9, 16))
-def test_ring_kernel_is_deterministic(m):
+def test_ring_kernel_is_deterministic(m, ring_on):
     """Each lane's k order, the warps' sum and the cluster's sum are fixed: repeated calls give
     the same bytes (with and without PDL)."""
     a, b = _inputs(m, 2112, 7168, "cuda", seed=31 + m)
@@ -269,7 +280,7 @@ def test_pdl_chain_reads_each_previous_output(m):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", (1, 8, 9, 16))
-def test_pdl_weight_read_early_a_after_the_previous_kernel(m):
+def test_pdl_weight_read_early_a_after_the_previous_kernel(m, ring_on):
     """DeepSeek-V3's fused_a (2112 x 7168: the ring kernel) under PDL copies its whole ring of
     weight before griddepcontrol.wait and only a after it, so a must be the one the kernel right
     before wrote. A CUDA graph of PDL calls over six weights, where a was just written by: even

@@ -213,7 +213,7 @@ def test_compiled_kernel_rejects_bad_input_itself():
     x = torch.randn(2, 64).bfloat16()
     w = torch.randn(8, 64).bfloat16()
     with pytest.raises(ValueError, match="wrong device type"):
-        raw(torch.empty(2, 8), x, w, -1)
+        raw(torch.empty(2, 8), x, w, -1, 16, 1, 1)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -13,8 +13,10 @@ KERNELS_REQUIRE_HEADERS_API(2);
 // out [M, E] float32 or bfloat16 (any strides); x [M, K] bf16, w [E, K] bf16, both with a
 // contiguous last dim and 16-byte aligned rows; M <= 16, K % 8 == 0. enable_pdl: -1 auto, 0, 1;
 // with PDL w is read before the previous kernel completes, so that kernel must not write it.
+// ring_max_m, push, weight_first: the engine's switches (small_m_gemm.cuh), from the op file.
 inline void dsv3_router_gemm(tvm::ffi::TensorView out, tvm::ffi::TensorView x,
-                             tvm::ffi::TensorView w, int64_t enable_pdl) {
+                             tvm::ffi::TensorView w, int64_t enable_pdl,
+                             int64_t ring_max_m, int64_t push, int64_t weight_first) {
   constexpr const char* kOp = "gemm.dsv3_router_gemm";
   // 1. Validate.
   kernels::check_ndim(kOp, "w", w, 2);
@@ -26,13 +28,15 @@ inline void dsv3_router_gemm(tvm::ffi::TensorView out, tvm::ffi::TensorView x,
   if (!small_m_gemm::check_and_fill(kOp, out, x, "x", w, "w", w.size(0), w.size(1), w.stride(0),
                                     enable_pdl, p))
     return;
+  const small_m_gemm::Switches sw =
+      small_m_gemm::switches(kOp, ring_max_m, push, weight_first);
   // 2. Device guard, 3. the caller's stream.
   kernels::DeviceGuard guard(x);
   const kernels::Launch ctx(kOp, x, enable_pdl);
   // 4. Launch (checked).
   if (fp32) {
-    small_m_gemm::launch<float>(ctx, p);
+    small_m_gemm::launch<float>(ctx, p, sw);
   } else {
-    small_m_gemm::launch<__nv_bfloat16>(ctx, p);
+    small_m_gemm::launch<__nv_bfloat16>(ctx, p, sw);
   }
 }

@@ -58,11 +58,20 @@
 // Back-to-back calls thus keep HBM busy across the kernel boundary instead of paying launch, CTA
 // start and a cold DRAM round trip each, and after the wait only x moves from L2 (the router at
 // M = 1: 3.5 KB per CTA) instead of x and each CTA's 28 KB weight slice.
+//
+// Host switches (Switches, passed by each op from module attributes it reads every call, so an
+// in-process A/B can flip them): whether the ring kernel is taken (ring_max_m: at most this M;
+// 0 never), whether the split-K reduction pushes partials with st.async (push; else DSMEM stores
+// and a second cluster barrier), and whether under PDL the weight is loaded before the wait
+// (weight_first; else everything waits, with the L2 prefetch of each run's head before it). The
+// last two are template bools, every kernel being instantiated both ways; with both false
+// gemm_kernel is the kernel of before the ring (SASS identical at sm_90a).
 #pragma once
 
 #include <kernels/version.h>
 KERNELS_REQUIRE_HEADERS_API(8);
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -77,6 +86,8 @@ KERNELS_REQUIRE_HEADERS_API(8);
 #include <cstdint>
 
 namespace small_m_gemm {
+
+namespace cg = cooperative_groups;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -156,11 +167,13 @@ struct Work {
 // The start of both kernels: the cluster's first arrive, the run, the rows and, under PDL, the
 // prefetch into L2 of what the kernel reads after the wait: x, and the part of the weight run's
 // head past its first kPreloadChunks chunks (those the kernel itself loads before the wait). It
-// returns BEFORE griddepcontrol.wait: the caller issues its weight loads, then kernels::pdl_wait(),
-// then reads x (see the header's PDL note).
-template <int kTiles, int kHalves, int kPreloadChunks>
+// returns BEFORE griddepcontrol.wait when kWeightFirst (the caller issues its weight loads, then
+// kernels::pdl_wait(), then reads x: see the header's PDL note), else after it (kPreloadChunks 0).
+// kPush: the inbox barrier is armed (st.async pushes), else the reduction stores and synchronizes.
+template <int kTiles, int kHalves, int kPreloadChunks, bool kWeightFirst, bool kPush>
 __device__ __forceinline__ Work<kTiles, kHalves> begin(bool pdl, const Params& p,
                                                       uint64_t* inbox_bar) {
+  static_assert(kWeightFirst || kPreloadChunks == 0, "nothing is loaded before the wait");
   Work<kTiles, kHalves> wk;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -171,7 +184,9 @@ __device__ __forceinline__ Work<kTiles, kHalves> begin(bool pdl, const Params& p
   // of the cluster has started (its shared memory exists) and armed its inbox's barrier for the
   // split pushes of each of its kTiles * 128 / split elements.
   if (split > 1) {
-    if (threadIdx.x == 0) kernels::push_barrier_init(inbox_bar, kTiles * 128 * sizeof(float));
+    if constexpr (kPush) {
+      if (threadIdx.x == 0) kernels::push_barrier_init(inbox_bar, kTiles * 128 * sizeof(float));
+    }
     kernels::cluster_arrive_relaxed();
   }
   const int rank = static_cast<int>(blockIdx.x) % split;
@@ -201,10 +216,17 @@ __device__ __forceinline__ Work<kTiles, kHalves> begin(bool pdl, const Params& p
     // head (router M > 8: its 7th chunk; fused_a and the router at M <= 8: nothing).
     constexpr uint32_t kPreloaded = kPreloadChunks * kChunk * sizeof(__nv_bfloat16);
     static_assert(kRows + kMaxRows <= 32, "one weight row, then one x row, per lane");
-    const uint32_t head = min(run_bytes, kPerRun);
-    if (lane < kRows && col0 + lane < p.n && head > kPreloaded)
-      prefetch_l2(p.w + static_cast<int64_t>(col0 + lane) * p.sw + run_k + kPreloadChunks * kChunk,
-                  head - kPreloaded);
+    if constexpr (kPreloadChunks == 0) {  // as before the weight-first order (same SASS)
+      if (lane < kRows && col0 + lane < p.n && run_bytes > 0)
+        prefetch_l2(p.w + static_cast<int64_t>(col0 + lane) * p.sw + run_k,
+                    min(run_bytes, kPerRun));
+    } else {
+      const uint32_t head = min(run_bytes, kPerRun);
+      if (lane < kRows && col0 + lane < p.n && head > kPreloaded)
+        prefetch_l2(
+            p.w + static_cast<int64_t>(col0 + lane) * p.sw + run_k + kPreloadChunks * kChunk,
+            head - kPreloaded);
+    }
     // The run's x rows too (unless the previous kernel just wrote x, a DRAM round trip after the
     // wait otherwise): each (run, row) by one column group, as every group reads them.
     const int m = lane - kRows;
@@ -212,6 +234,7 @@ __device__ __forceinline__ Work<kTiles, kHalves> begin(bool pdl, const Params& p
     if (m >= 0 && m < p.m && run_bytes > 0 && (warp * p.m + m) % groups == col0 / (kTiles * 8))
       prefetch_l2(p.x + static_cast<int64_t>(m) * p.sx + run_k, run_bytes);
   }
+  if constexpr (!kWeightFirst) kernels::pdl_wait();
 
   // This lane's rows: weight row col0 + 8j + g of each tile; x rows g and g + 8.
 #pragma unroll
@@ -261,7 +284,7 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kChains<kTiles>][kTiles][
 // The end of both kernels: the chains into one, the warps' tiles summed in warp order in shared
 // memory, then (split > 1) across the cluster in rank order, and stored. `acc`: this warp's
 // accumulators (see zero_acc).
-template <typename OutT, int kTiles>
+template <typename OutT, int kTiles, bool kPush>
 __device__ __forceinline__ void finish(float (&acc)[kChains<kTiles>][kTiles][4],
                                        float (*partial)[kTiles * 128],
                                        float (*inbox)[kTiles * 128], uint64_t* inbox_bar,
@@ -304,10 +327,17 @@ __device__ __forceinline__ void finish(float (&acc)[kChains<kTiles>][kTiles][4],
   // it, so none exits while another still writes into it. One cluster barrier fewer than stores
   // followed by arrive.release / wait.acquire (whose release is a MEMBAR.GPU), as in the row
   // engine's split rows.
+  // Without kPush: DSMEM stores, then arrive.release / wait.acquire (the kernel before st.async).
   const int owner = e % split;
   kernels::cluster_wait();
-  if (e < kTileElems) kernels::cluster_push(&inbox[rank][e], inbox_bar, owner, sum);
-  kernels::push_barrier_wait(inbox_bar);
+  if constexpr (kPush) {
+    if (e < kTileElems) kernels::cluster_push(&inbox[rank][e], inbox_bar, owner, sum);
+    kernels::push_barrier_wait(inbox_bar);
+  } else {
+    if (live) *cg::this_cluster().map_shared_rank(&inbox[rank][e], owner) = sum;
+    kernels::cluster_arrive();
+    kernels::cluster_wait();
+  }
   if (live && owner == rank) {
     float v = 0.0f;
 #pragma unroll
@@ -328,7 +358,8 @@ struct Unroll {
 };
 
 // grid: (column groups) * split CTAs, clusters of `split` consecutive CTAs; block: kThreads.
-template <typename OutT, int kTiles, int kHalves>
+// kWeightFirst, kPush: the host switches (see the header).
+template <typename OutT, int kTiles, int kHalves, bool kWeightFirst, bool kPush>
 __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kUnroll = Unroll<kTiles, kHalves>::value;
@@ -337,7 +368,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
   __shared__ float inbox[kMaxSplit][kTileElems];  // the ranks' partials of the elements owned here
   __shared__ __align__(8) uint64_t inbox_bar;      // counts the bytes pushed into inbox
 
-  const Work<kTiles, kHalves> wk = begin<kTiles, kHalves, 2 * kUnroll>(pdl, p, &inbox_bar);
+  const Work<kTiles, kHalves> wk =
+      begin<kTiles, kHalves, kWeightFirst ? 2 * kUnroll : 0, kWeightFirst, kPush>(pdl, p,
+                                                                                 &inbox_bar);
   const int rank = wk.rank, col0 = wk.col0, run_begin = wk.run_begin, run_end = wk.run_end;
   const int t = threadIdx.x & 3;
 
@@ -384,36 +417,64 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(bool pdl, Params p) {
     }
   };
 
-  // Two stages in flight: each stage's refill goes out right after its MMAs, before the other
-  // stage's. Under PDL the first two stages' weight (the router's whole run at M <= 8, 6 of its 7
-  // chunks at M > 8) is loaded before griddepcontrol.wait, while the previous kernel finishes (the
-  // op's contract: that kernel does not write the weight), and only x after it.
   S a, b;
-  if (stages > 0) load_w(a, 0);
-  if (stages > 1) load_w(b, 1);
-  kernels::pdl_wait();
-  if (stages > 0) load_x(a, 0);
-  if (stages > 1) load_x(b, 1);
-  // This CTA's first loads are out: the next kernel may launch (its CTAs take the SM's second
-  // slot, load their weight, and wait for this grid to finish before reading x).
-  kernels::pdl_launch_dependents();
+  if constexpr (kWeightFirst) {
+    // Two stages in flight: each stage's refill goes out right after its MMAs, before the other
+    // stage's. Under PDL the first two stages' weight (the router's whole run at M <= 8, 6 of its 7
+    // chunks at M > 8) is loaded before griddepcontrol.wait, while the previous kernel finishes (the
+    // op's contract: that kernel does not write the weight), and only x after it.
+    if (stages > 0) load_w(a, 0);
+    if (stages > 1) load_w(b, 1);
+    kernels::pdl_wait();
+    if (stages > 0) load_x(a, 0);
+    if (stages > 1) load_x(b, 1);
+    // This CTA's first loads are out: the next kernel may launch (its CTAs take the SM's second
+    // slot, load their weight, and wait for this grid to finish before reading x).
+    kernels::pdl_launch_dependents();
 #pragma unroll 1
-  for (int s = 0; s < stages; s += 2) {
-    compute(a);
-    if (s + 2 < stages) {
-      load_w(a, s + 2);
-      load_x(a, s + 2);
-    }
-    if (s + 1 < stages) {
-      compute(b);
-      if (s + 3 < stages) {
-        load_w(b, s + 3);
-        load_x(b, s + 3);
+    for (int s = 0; s < stages; s += 2) {
+      compute(a);
+      if (s + 2 < stages) {
+        load_w(a, s + 2);
+        load_x(a, s + 2);
       }
+      if (s + 1 < stages) {
+        compute(b);
+        if (s + 3 < stages) {
+          load_w(b, s + 3);
+          load_x(b, s + 3);
+        }
+      }
+    }
+  } else {
+    // The kernel of before the weight-first order: begin() waited; the next stage's loads go out
+    // before this stage's MMAs, weight and x together.
+    auto load = [&](S& s, int stage) {
+      const int c0 = run_begin + stage * kUnroll;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u;
+        const int64_t k = static_cast<int64_t>(c) * kChunk;
+        // K % 8 == 0, so a lane's 8 values are all inside K or all outside.
+        const bool in = c < run_end && k + t * kVec < p.k;
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) s.w[u][j] = load_or_zero(wk.wrow[j] + k, in && wk.wok[j]);
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h) s.x[u][h] = load_or_zero(wk.xrow[h] + k, in && wk.xok[h]);
+      }
+    };
+    if (stages > 0) load(a, 0);
+    kernels::pdl_launch_dependents();
+#pragma unroll 1
+    for (int s = 0; s < stages; s += 2) {
+      if (s + 1 < stages) load(b, s + 1);
+      compute(a);
+      if (s + 2 < stages) load(a, s + 2);
+      if (s + 1 < stages) compute(b);
     }
   }
 
-  finish<OutT, kTiles>(acc, partial, inbox, &inbox_bar, p, rank, col0);
+  finish<OutT, kTiles, kPush>(acc, partial, inbox, &inbox_bar, p, rank, col0);
 #endif
 }
 
@@ -463,8 +524,9 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// grid, block and clusters as gemm_kernel; kRingBytes of dynamic shared memory.
-template <typename OutT, int kTiles, int kHalves>
+// grid, block and clusters as gemm_kernel; kRingBytes of dynamic shared memory. kWeightFirst,
+// kPush: the host switches (see the header).
+template <typename OutT, int kTiles, int kHalves, bool kWeightFirst, bool kPush>
 __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kV = Ring<kTiles, kHalves>::kVectors;
@@ -476,7 +538,8 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
   extern __shared__ __align__(16) uint4 ring[];
 
   const Work<kTiles, kHalves> wk =
-      begin<kTiles, kHalves, kStages * kRingUnroll>(pdl, p, &inbox_bar);
+      begin<kTiles, kHalves, kWeightFirst ? kStages * kRingUnroll : 0, kWeightFirst, kPush>(
+          pdl, p, &inbox_bar);
   const int run_begin = wk.run_begin, run_end = wk.run_end;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -527,11 +590,18 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
   // and the refill of stage s >= kStages (issued at step s - kStages) is group kStages + s: stage
   // s always completes with group kStages + s, and at step s, 2 kStages + s groups are committed,
   // so waiting until at most kStages - 1 are pending still means stage s has landed.
+  // Without kWeightFirst (begin() waited) each stage is one group, weight and x: stage s completes
+  // with group s, and waiting until at most kStages - 1 are pending means the same.
+  if constexpr (kWeightFirst) {
 #pragma unroll
-  for (int s = 0; s < kStages; ++s) issue(s, s, true, false);
-  kernels::pdl_wait();
+    for (int s = 0; s < kStages; ++s) issue(s, s, true, false);
+    kernels::pdl_wait();
 #pragma unroll
-  for (int s = 0; s < kStages; ++s) issue(s, s, false, true);
+    for (int s = 0; s < kStages; ++s) issue(s, s, false, true);
+  } else {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) issue(s, s, true, true);
+  }
   // This CTA's first loads are out: the next kernel may launch.
   kernels::pdl_launch_dependents();
 
@@ -541,7 +611,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
   int r = 0;
 #pragma unroll 1
   for (int s = 0; s < stages; ++s) {
-    cp_async_wait<kStages - 1>();  // groups 0..kStages + s have landed: stage s is in slot r
+    cp_async_wait<kStages - 1>();  // stage s's groups have landed: it is in slot r
 #pragma unroll
     for (int u = 0; u < kRingUnroll; ++u) {
       const uint4 lo = mine[slot(r, u, kTiles)];
@@ -553,16 +623,26 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(bool pdl, Params p) {
     r = r + 1 == kStages ? 0 : r + 1;
   }
 
-  finish<OutT, kTiles>(acc, partial, inbox, &inbox_bar, p, wk.rank, wk.col0);
+  finish<OutT, kTiles, kPush>(acc, partial, inbox, &inbox_bar, p, wk.rank, wk.col0);
 #endif
 }
 
 using KernelFn = void (*)(bool, Params);
 
-template <typename OutT>
+// The host switches of one call (see the header), read by the ops from module attributes.
+struct Switches {
+  int ring_max_m = kMaxRows;  // the ring kernel for long runs at M <= this (0: never)
+  bool push = true;           // split-K partials pushed with st.async (else stores + barrier)
+  bool weight_first = true;   // under PDL the weight loaded before griddepcontrol.wait
+};
+
+template <typename OutT, bool kWeightFirst, bool kPush>
 inline KernelFn kernel_for(int tiles, int halves) {
-  if (tiles == 1) return halves == 1 ? gemm_kernel<OutT, 1, 1> : gemm_kernel<OutT, 1, 2>;
-  return halves == 1 ? gemm_kernel<OutT, 2, 1> : gemm_kernel<OutT, 2, 2>;
+  if (tiles == 1)
+    return halves == 1 ? gemm_kernel<OutT, 1, 1, kWeightFirst, kPush>
+                       : gemm_kernel<OutT, 1, 2, kWeightFirst, kPush>;
+  return halves == 1 ? gemm_kernel<OutT, 2, 1, kWeightFirst, kPush>
+                     : gemm_kernel<OutT, 2, 2, kWeightFirst, kPush>;
 }
 
 // (kTiles, split) for an [N, K] weight: the fewest weight bytes per SM (CTAs in waves of one per
@@ -606,38 +686,68 @@ inline Plan plan(int device, int64_t n, int64_t k) {
 }
 
 // The ring kernel for one (tiles, halves), opted in to its shared memory (allow_dynamic_smem).
-template <typename OutT, int kTiles, int kHalves>
+template <typename OutT, int kTiles, int kHalves, bool kWeightFirst, bool kPush>
 inline void launch_ring(const kernels::Launch& ctx, const Plan& pl, bool pdl, const Params& p) {
-  kernels::allow_dynamic_smem<ring_kernel<OutT, kTiles, kHalves>>(ctx.op, ctx.device, kRingBytes);
+  constexpr auto kernel = ring_kernel<OutT, kTiles, kHalves, kWeightFirst, kPush>;
+  kernels::allow_dynamic_smem<kernel>(ctx.op, ctx.device, kRingBytes);
   kernels::LaunchConfig config(dim3(static_cast<unsigned>(pl.ctas)), dim3(kThreads),
                                static_cast<size_t>(kRingBytes), ctx.stream, pdl,
                                pl.split > 1 ? static_cast<unsigned>(pl.split) : 0);
-  kernels::check_launch(ctx.op, config.launch(ring_kernel<OutT, kTiles, kHalves>, pdl, p));
+  kernels::check_launch(ctx.op, config.launch(kernel, pdl, p));
+}
+
+// One call with the switches' template bools fixed: the ring kernel or gemm_kernel.
+template <typename OutT, bool kWeightFirst, bool kPush>
+inline void launch_with(const kernels::Launch& ctx, const Plan& pl, bool pdl, const Params& p,
+                        bool ring, int halves) {
+  if (ring) {
+    if (pl.tiles == 1) {
+      if (halves == 1) return launch_ring<OutT, 1, 1, kWeightFirst, kPush>(ctx, pl, pdl, p);
+      return launch_ring<OutT, 1, 2, kWeightFirst, kPush>(ctx, pl, pdl, p);
+    }
+    if (halves == 1) return launch_ring<OutT, 2, 1, kWeightFirst, kPush>(ctx, pl, pdl, p);
+    return launch_ring<OutT, 2, 2, kWeightFirst, kPush>(ctx, pl, pdl, p);
+  }
+  const KernelFn kernel = kernel_for<OutT, kWeightFirst, kPush>(pl.tiles, halves);
+  kernels::LaunchConfig config(dim3(static_cast<unsigned>(pl.ctas)), dim3(kThreads), 0, ctx.stream,
+                               pdl, pl.split > 1 ? static_cast<unsigned>(pl.split) : 0);
+  kernels::check_launch(ctx.op, config.launch(kernel, pdl, p));
 }
 
 // OutT: float or __nv_bfloat16. Runs of at least kRingMinChunks chunks a warp (fused_a) take the
-// ring kernel, shorter ones (the router's 7) gemm_kernel, whose two register stages already hold
-// a whole run and which leaves an SM's second slot to the next kernel under PDL.
+// ring kernel at M <= sw.ring_max_m, the rest (the router's runs of 7) gemm_kernel, whose two
+// register stages already hold a whole run and which leaves an SM's second slot to the next
+// kernel under PDL.
 template <typename OutT>
-inline void launch(const kernels::Launch& ctx, Params p) {
+inline void launch(const kernels::Launch& ctx, Params p, const Switches& sw) {
   const Plan pl = plan(ctx.device, p.n, p.k);
   p.split = pl.split;
   p.slice_chunks = pl.slice_chunks;
   const int halves = p.m > 8 ? 2 : 1;
   const bool pdl = kernels::pdl_for_grid(ctx.enable_pdl, ctx.device,
                                          static_cast<unsigned>(pl.ctas), kThreads);
-  if ((pl.slice_chunks + kWarps - 1) / kWarps >= kRingMinChunks) {
-    if (pl.tiles == 1) {
-      if (halves == 1) return launch_ring<OutT, 1, 1>(ctx, pl, pdl, p);
-      return launch_ring<OutT, 1, 2>(ctx, pl, pdl, p);
-    }
-    if (halves == 1) return launch_ring<OutT, 2, 1>(ctx, pl, pdl, p);
-    return launch_ring<OutT, 2, 2>(ctx, pl, pdl, p);
+  const bool ring =
+      p.m <= sw.ring_max_m && (pl.slice_chunks + kWarps - 1) / kWarps >= kRingMinChunks;
+  if (sw.weight_first) {
+    if (sw.push) return launch_with<OutT, true, true>(ctx, pl, pdl, p, ring, halves);
+    return launch_with<OutT, true, false>(ctx, pl, pdl, p, ring, halves);
   }
-  const KernelFn kernel = kernel_for<OutT>(pl.tiles, halves);
-  kernels::LaunchConfig config(dim3(static_cast<unsigned>(pl.ctas)), dim3(kThreads), 0, ctx.stream,
-                               pdl, pl.split > 1 ? static_cast<unsigned>(pl.split) : 0);
-  kernels::check_launch(ctx.op, config.launch(kernel, pdl, p));
+  if (sw.push) return launch_with<OutT, false, true>(ctx, pl, pdl, p, ring, halves);
+  return launch_with<OutT, false, false>(ctx, pl, pdl, p, ring, halves);
+}
+
+// The switches from the ops' int64 arguments (ring_max_m, push, weight_first: 0 or 1).
+inline Switches switches(const char* op, int64_t ring_max_m, int64_t push, int64_t weight_first) {
+  TVM_FFI_CHECK(ring_max_m >= 0 && ring_max_m <= kMaxRows && (push == 0 || push == 1) &&
+                    (weight_first == 0 || weight_first == 1),
+                ValueError)
+      << op << ": switches ring_max_m in [0, " << kMaxRows << "], push and weight_first 0 or 1, "
+      << "got " << ring_max_m << ", " << push << ", " << weight_first;
+  Switches sw;
+  sw.ring_max_m = static_cast<int>(ring_max_m);
+  sw.push = push != 0;
+  sw.weight_first = weight_first != 0;
+  return sw;
 }
 
 // The checks both ops share, on the weight as [N, K] with row stride `w_stride` (the router's w

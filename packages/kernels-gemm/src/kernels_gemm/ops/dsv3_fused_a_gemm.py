@@ -6,8 +6,8 @@ transpose view ``w.t()`` of the checkpoint's row-major [N, K] weight, so nothing
 ``w.t()``, not ``w``.
 
 Backends: ``cuda`` (csrc/small_m_gemm.cuh: each of 132 CTAs owns 16 whole output columns over all
-of K for N = 2112, streaming the 30 MB weight once with 16-byte cp.async copies through a
-shared-memory ring, 80-112 KB in flight per SM, into tensor-core MMAs; no split-K workspace) for
+of K for N = 2112, streaming the 30 MB weight once with 16-byte loads into tensor-core MMAs;
+the shared-memory ring kernel only where _RING_MAX_M says; no split-K workspace) for
 M <= 16 and K % 8 == 0 with 16-byte aligned rows; the torch reference (fp32 accumulation, rounded
 once) for everything else.
 
@@ -36,7 +36,31 @@ DSV3_FUSED_A_GEMM_CUDA = ModuleSpec(
     description="CUDA: small-M tensor-core GEMM, each CTA owning whole output columns",
 )
 
-_dsv3_fused_a_gemm_cuda = CompiledFunction(DSV3_FUSED_A_GEMM_CUDA, "dsv3_fused_a_gemm")
+_dsv3_fused_a_gemm_kernel = CompiledFunction(DSV3_FUSED_A_GEMM_CUDA, "dsv3_fused_a_gemm")
+
+# The small-M engine's switches (csrc/small_m_gemm.cuh), read on every call (an in-process A/B,
+# docs/pending/small_m_ab.py, flips them; so do the GPU tests):
+# - _RING_MAX_M: runs of >= 16 chunks a warp take the ring kernel (cp.async through a shared-memory
+#   ring, one CTA per SM) at M <= this; 0: never (gemm_kernel, two CTAs per SM).
+# - _CLUSTER_PUSH: the split-K cluster reduction pushes partials with st.async onto the owner's
+#   mbarrier; False: DSMEM stores and a second cluster barrier.
+# - _WEIGHT_FIRST: under PDL the first stages' weight is loaded before griddepcontrol.wait;
+#   False: everything after it, the head of each run prefetched into L2 before it.
+# fused_a (132 CTAs of 16 columns, no split) keeps the kernel of before all three: with the ring
+# and the weight-first order it lost on the H200 at every M but 1, more with M (cold L2: M 8 12.59
+# -> 16.81 us, L2-warm M 16 10.26 -> 18.37). With split == 1 _CLUSTER_PUSH only picks the
+# instantiation (False: the SASS of before the ring commit).
+_RING_MAX_M = 0
+_CLUSTER_PUSH = False
+_WEIGHT_FIRST = False
+
+
+def _dsv3_fused_a_gemm_cuda(
+    out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, enable_pdl: int
+) -> None:
+    _dsv3_fused_a_gemm_kernel(
+        out, a, b, enable_pdl, _RING_MAX_M, int(_CLUSTER_PUSH), int(_WEIGHT_FIRST)
+    )
 
 
 def _check(a: object, b: object, out: object | None) -> None:

@@ -33,7 +33,30 @@ DSV3_ROUTER_GEMM_CUDA = ModuleSpec(
     description="CUDA: small-M tensor-core GEMM streaming the weight (clusters split K)",
 )
 
-_dsv3_router_gemm_cuda = CompiledFunction(DSV3_ROUTER_GEMM_CUDA, "dsv3_router_gemm")
+_dsv3_router_gemm_kernel = CompiledFunction(DSV3_ROUTER_GEMM_CUDA, "dsv3_router_gemm")
+
+# The small-M engine's switches (csrc/small_m_gemm.cuh), read on every call (an in-process A/B,
+# docs/pending/small_m_ab.py, flips them; so do the GPU tests):
+# - _RING_MAX_M: runs of >= 16 chunks a warp take the ring kernel (cp.async through a shared-memory
+#   ring, one CTA per SM) at M <= this; 0: never (gemm_kernel, two CTAs per SM).
+# - _CLUSTER_PUSH: the split-K cluster reduction pushes partials with st.async onto the owner's
+#   mbarrier; False: DSMEM stores and a second cluster barrier.
+# - _WEIGHT_FIRST: under PDL the first stages' weight is loaded before griddepcontrol.wait;
+#   False: everything after it, the head of each run prefetched into L2 before it.
+# The router (runs of 7 chunks at K = 7168, 128/96 CTAs in clusters of 4) took both newer choices
+# in an H200 A/B against the kernels before them (cold L2: M 1 3.24 -> 2.96 us, M 16 4.19 ->
+# 3.69); the ring only matters at K past ~16k.
+_RING_MAX_M = 16
+_CLUSTER_PUSH = True
+_WEIGHT_FIRST = True
+
+
+def _dsv3_router_gemm_cuda(
+    out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, enable_pdl: int
+) -> None:
+    _dsv3_router_gemm_kernel(
+        out, x, w, enable_pdl, _RING_MAX_M, int(_CLUSTER_PUSH), int(_WEIGHT_FIRST)
+    )
 
 
 def _check(x: object, w: object, out: object | None, out_dtype: torch.dtype) -> None:
