@@ -38,3 +38,25 @@ def to_e4m3(v: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
 @pytest.fixture
 def e4m3():
     return to_e4m3
+
+
+def _kernels_run(fn) -> str:
+    """The names of the kernels run while fn runs (torch.profiler), space-separated."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return " ".join(event.key for event in prof.key_averages())
+
+
+@pytest.fixture
+def ran_bulk():
+    """``ran_bulk(fn)``: whether fn's write ran kv_write's bulk kernel (True) or its register
+    kernel (False), by the kernel names torch.profiler saw; exactly one of them must run."""
+
+    def check(fn) -> bool:
+        names = _kernels_run(fn)
+        bulk, register = "bulk_rows_kernel" in names, "write_rows_kernel" in names
+        assert bulk != register, names
+        return bulk
+
+    return check

@@ -49,7 +49,13 @@ for dtype in (torch.bfloat16, torch.float32):
             buf = torch.zeros(s, 1, 576, device=dev, dtype=buf_dtype)
             set_mla_kv_buffer(buf, idx, lat[..., :512], lat[..., 512:576])
             set_mla_kv_buffer(buf, idx, lat[..., 1:513], lat[..., 512:576])
-# The bulk path (>= 2048 rows of 16-byte runs into caches of the input dtype): TMA bulk copies.
+# The bulk path (>= 2048 rows of 16-byte runs into caches of the input dtype): TMA bulk copies,
+# for every run length (the default gate keeps these short-run and HND rows on the register path).
+from kernels_kvcache.ops import reshape_and_cache_flash as rcf_mod
+from kernels_kvcache.ops import set_mla_kv_buffer as mla_mod
+from kernels_kvcache.ops import store_cache as sc_mod
+for mod in (rcf_mod, mla_mod, sc_mod):
+    mod._BULK_MIN_RUN_BYTES = 0
 n, s = 2100, 4096
 for idx_dtype in (torch.int32, torch.int64):
     idx = torch.randperm(s, device=dev)[:n].to(idx_dtype)

@@ -134,6 +134,12 @@ def test_opcheck():
 GPU = pytest.mark.gpu
 
 
+def _op_module():
+    from kernels_kvcache.ops import reshape_and_cache_flash as mod
+
+    return mod
+
+
 def _poison(t):
     if t.dtype in (FP8, torch.uint8):
         t.view(torch.uint8).fill_(0x7F)
@@ -244,6 +250,7 @@ def test_cuda_opcheck():
 # The bulk path (kv_write.cuh) from 2048 rows for caches of the input dtype: NHD heads move as one
 # run per token, HND heads as one run each (block stride apart), K/V halves of one tensor; block
 # sizes 16 and 5 (the divmod), D != Dv, 48- and 80-byte runs; 2047 rows stay on the register path.
+# Any run length here (_BULK_MIN_RUN_BYTES = 0: the default keeps HND and short runs off the path).
 @GPU
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16), ids=str)
 @pytest.mark.parametrize(
@@ -253,7 +260,10 @@ def test_cuda_opcheck():
 )  # fmt: skip
 @pytest.mark.parametrize("layout", ("nhd", "hnd", "halves"))
 @pytest.mark.parametrize("index_dtype", (torch.int32, torch.int64), ids=str)
-def test_cuda_bulk_path_matches_reference(dtype, n, blocks, bs, heads, d, dv, layout, index_dtype):
+def test_cuda_bulk_path_matches_reference(
+    monkeypatch, dtype, n, blocks, bs, heads, d, dv, layout, index_dtype
+):
+    monkeypatch.setattr(_op_module(), "_BULK_MIN_RUN_BYTES", 0)
     if layout == "halves" and d != dv:
         dv = d
     key = randn(n, heads, d, dtype=dtype, device="cuda", seed=21, scale=20)
@@ -274,3 +284,42 @@ def test_cuda_bulk_path_fp8_stays_exact():
     slots[0] = -1
     kw = {"kv_cache_dtype": "fp8", "k_scale": torch.tensor([0.3], device="cuda")}
     _run_both(key, value, kc, vc, slots.cuda(), **kw)
+
+
+# The bulk gate (_BULK_MIN_ROWS, _BULK_MAX_ROWS, _BULK_MIN_RUN_BYTES, read each call): by default
+# NHD caches (a token's heads one run: 2 KB at 8 x 128 bf16) and K/V halves of one tensor take the
+# bulk kernel from 2048 rows, HND caches (256-byte head runs) the register kernel; each setting's
+# edge from both sides, forced on and off. (attributes, n, layout, heads, d, bulk expected)
+_DEFAULT = {}
+_GATE_CASES = [
+    (_DEFAULT, 2048, "nhd", 8, 128, True),
+    (_DEFAULT, 2047, "nhd", 8, 128, False),
+    (_DEFAULT, 2048, "halves", 8, 128, True),
+    (_DEFAULT, 4096, "hnd", 8, 128, False),
+    (_DEFAULT, 2048, "nhd", 8, 64, True),  # 1024-byte runs: the edge
+    (_DEFAULT, 2048, "nhd", 8, 56, False),  # 896-byte runs
+    ({"_BULK_MIN_RUN_BYTES": 0}, 4096, "hnd", 8, 128, True),
+    ({"_BULK_MIN_RUN_BYTES": 256}, 2048, "hnd", 8, 128, True),
+    ({"_BULK_MIN_RUN_BYTES": 257}, 2048, "hnd", 8, 128, False),
+    ({"_BULK_MIN_ROWS": -1}, 4096, "nhd", 8, 128, False),
+    ({"_BULK_MIN_ROWS": 0}, 1, "nhd", 8, 128, True),
+    ({"_BULK_MIN_ROWS": 0}, 40, "nhd", 8, 128, True),
+    ({"_BULK_MAX_ROWS": 3000}, 3000, "nhd", 8, 128, True),
+    ({"_BULK_MAX_ROWS": 3000}, 3001, "nhd", 8, 128, False),
+]
+
+
+@GPU
+@pytest.mark.parametrize(("attrs", "n", "layout", "heads", "d", "bulk"), _GATE_CASES, ids=str)
+def test_cuda_bulk_gate(monkeypatch, ran_bulk, attrs, n, layout, heads, d, bulk):
+    for name, value in attrs.items():
+        monkeypatch.setattr(_op_module(), name, value)
+    key = randn(n, heads, d, dtype=torch.bfloat16, device="cuda", seed=41, scale=20)
+    value = randn(n, heads, d, dtype=torch.bfloat16, device="cuda", seed=42)
+    blocks = (n + 100) // 16 + 1
+    kc, vc = _caches(blocks, 16, heads, d, d, torch.bfloat16, layout)
+    slots = torch.randperm(blocks * 16, generator=torch.Generator().manual_seed(n))[:n]
+    if n > 2:
+        slots[n // 2] = -1  # padding
+    slots = slots.cuda()
+    assert ran_bulk(lambda: _run_both(key, value, kc, vc, slots)) == bulk

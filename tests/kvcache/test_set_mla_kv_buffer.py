@@ -127,6 +127,12 @@ def test_torch_compile_fullgraph_aot():
 GPU = pytest.mark.gpu
 
 
+def _op_module():
+    from kernels_kvcache.ops import set_mla_kv_buffer as mod
+
+    return mod
+
+
 def _poisoned(shape, dtype):
     buf = torch.empty(*shape, dtype=dtype, device="cuda")
     buf.view(torch.uint8).fill_(0x7F) if dtype == FP8 else buf.fill_(float("nan"))
@@ -213,7 +219,8 @@ def test_cuda_opcheck():
 @pytest.mark.parametrize("n", (2047, 2048, 5000))
 @pytest.mark.parametrize("index_dtype", (torch.int32, torch.int64), ids=str)
 def test_cuda_bulk_path_matches_reference(dtype, n, index_dtype):
-    """From 2048 rows the bulk path (TMA bulk copies) writes 1024 + 128 B (bf16) runs."""
+    """From 2048 rows (to _BULK_MAX_ROWS) the bulk path (TMA bulk copies) writes 1024 + 128 B
+    (bf16) runs."""
     latent = randn(n, 1, 600, dtype=dtype, device="cuda", seed=7)
     nope, rope = latent[..., :512], latent[..., 512:576]  # strided views
     s = n + 1000
@@ -221,3 +228,37 @@ def test_cuda_bulk_path_matches_reference(dtype, n, index_dtype):
     loc = torch.randperm(s, generator=torch.Generator().manual_seed(n))[:n]
     loc[0], loc[1], loc[n - 1] = -1, s, s + 99
     _run_both(buf, loc.to(index_dtype).cuda(), nope, rope)
+
+
+# The bulk gate (_BULK_MIN_ROWS, _BULK_MAX_ROWS, _BULK_MIN_RUN_BYTES, read each call): by default
+# 2048 to 32768 rows take the bulk kernel (nope | rope back to back: one 1152-byte bf16 run); each
+# setting's edge from both sides, forced on and off. (attributes, n, bulk expected)
+_DEFAULT = {}
+_GATE_CASES = [
+    (_DEFAULT, 2048, True),
+    (_DEFAULT, 2047, False),
+    (_DEFAULT, 32768, True),
+    (_DEFAULT, 32769, False),
+    ({"_BULK_MAX_ROWS": -1}, 40000, True),
+    ({"_BULK_MIN_RUN_BYTES": 1152}, 2048, True),  # one run of 1152 bytes, not 1024 + 128
+    ({"_BULK_MIN_RUN_BYTES": 1153}, 2048, False),
+    ({"_BULK_MIN_ROWS": -1}, 4096, False),
+    ({"_BULK_MIN_ROWS": 0}, 1, True),
+    ({"_BULK_MIN_ROWS": 0}, 100, True),
+]
+
+
+@GPU
+@pytest.mark.parametrize(("attrs", "n", "bulk"), _GATE_CASES, ids=str)
+def test_cuda_bulk_gate(monkeypatch, ran_bulk, attrs, n, bulk):
+    for name, value in attrs.items():
+        monkeypatch.setattr(_op_module(), name, value)
+    latent = randn(n, 1, 640, dtype=torch.bfloat16, device="cuda", seed=61)
+    nope, rope = latent[..., :512], latent[..., 512:576]  # as the bench suite passes them
+    s = n + 300
+    buf = _poisoned((s, 1, 576), torch.bfloat16)
+    loc = torch.randperm(s, generator=torch.Generator().manual_seed(n))[:n]
+    if n > 2:
+        loc[1] = -1  # padding
+    loc = loc.cuda()
+    assert ran_bulk(lambda: _run_both(buf, loc, nope, rope)) == bulk

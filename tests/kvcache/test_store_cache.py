@@ -166,6 +166,12 @@ def test_torch_compile_fullgraph():
 GPU = pytest.mark.gpu
 
 
+def _op_module():
+    from kernels_kvcache.ops import store_cache as mod
+
+    return mod
+
+
 def _poisoned(s, w, dtype, device="cuda"):
     cache = torch.empty(s, w, dtype=dtype, device=device)
     cache.view(torch.uint8).fill_(0x7F) if dtype == FP8 else cache.fill_(float("nan"))
@@ -270,7 +276,8 @@ def test_cuda_opcheck():
 # The bulk path (kv_write.cuh: TMA bulk copies through shared-memory stages) from 2048 rows, for
 # caches of the input dtype with 16-byte runs and rows of at most 16 KiB; 2047 rows, fp8 caches,
 # misaligned rows and wider rows stay on the register path. Row sizes pick the stage counts: 4 KiB
-# (8 stages), 272 B (16), 10.25 KiB fp32 (4); row counts not multiples of 32 or of the grid.
+# (8 stages), 272 B (16), 10.25 KiB fp32 (4); row counts not multiples of 32 or of the grid. Any
+# run length here (_BULK_MIN_RUN_BYTES = 0: the default keeps the short 96 + 40 rows off the path).
 @GPU
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16), ids=str)
 @pytest.mark.parametrize(
@@ -279,7 +286,8 @@ def test_cuda_opcheck():
      (3001, 96, 40, 6000), (2500, 2048, 576, 4000), (2048, 4096, 1024, 2100)],
 )  # fmt: skip
 @pytest.mark.parametrize("index_dtype", (torch.int32, torch.int64), ids=str)
-def test_cuda_bulk_path_matches_reference(dtype, n, wk, wv, s, index_dtype):
+def test_cuda_bulk_path_matches_reference(monkeypatch, dtype, n, wk, wv, s, index_dtype):
+    monkeypatch.setattr(_op_module(), "_BULK_MIN_RUN_BYTES", 0)
     k = randn(n, wk, dtype=dtype, device="cuda", seed=11)
     v = randn(n, wv, dtype=dtype, device="cuda", seed=12)
     k_cache, v_cache = _poisoned(s, wk, dtype), _poisoned(s, wv, dtype)
@@ -339,3 +347,35 @@ def test_cuda_bulk_path_graph_capture():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(k_cache[idx], k) and torch.equal(v_cache[idx], v)
+
+
+# The bulk gate (_BULK_MIN_ROWS, _BULK_MAX_ROWS, _BULK_MIN_RUN_BYTES, read each call): by default
+# rows of at least 1 KB (a cache row is one run) take the bulk kernel from 2048 rows; each
+# setting's edge from both sides, forced on and off. (attributes, n, wk, wv, bulk expected)
+_DEFAULT = {}
+_GATE_CASES = [
+    (_DEFAULT, 2048, 1024, 1024, True),
+    (_DEFAULT, 2047, 1024, 1024, False),
+    (_DEFAULT, 2048, 512, 512, True),  # 1024-byte runs: the edge
+    (_DEFAULT, 2048, 512, 504, False),  # a mean run of 1016 bytes
+    (_DEFAULT, 3001, 96, 40, False),
+    ({"_BULK_MIN_RUN_BYTES": 0}, 3001, 96, 40, True),
+    ({"_BULK_MIN_ROWS": -1}, 4096, 1024, 1024, False),
+    ({"_BULK_MIN_ROWS": 0}, 1, 1024, 1024, True),
+    ({"_BULK_MIN_ROWS": 0}, 33, 1024, 1024, True),
+    ({"_BULK_MAX_ROWS": 4096}, 4096, 1024, 1024, True),
+    ({"_BULK_MAX_ROWS": 4096}, 4097, 1024, 1024, False),
+]
+
+
+@GPU
+@pytest.mark.parametrize(("attrs", "n", "wk", "wv", "bulk"), _GATE_CASES, ids=str)
+def test_cuda_bulk_gate(monkeypatch, ran_bulk, attrs, n, wk, wv, bulk):
+    for name, value in attrs.items():
+        monkeypatch.setattr(_op_module(), name, value)
+    s = n + 500
+    k = randn(n, wk, dtype=torch.bfloat16, device="cuda", seed=51)
+    v = randn(n, wv, dtype=torch.bfloat16, device="cuda", seed=52)
+    k_cache, v_cache = _poisoned(s, wk, torch.bfloat16), _poisoned(s, wv, torch.bfloat16)
+    idx = _slots(n, s, seed=n).cuda()
+    assert ran_bulk(lambda: _run_both(k, v, k_cache, v_cache, idx)) == bulk

@@ -11,8 +11,9 @@
 //     (attention reads the cache next);
 //   - the vector path needs 16-byte aligned sources, widths and strides in whole packs; anything
 //     else runs the same body one element at a time;
-//   - at prefill sizes (kBulkMinTokens) a vector copy into a cache of the input dtype takes the
-//     bulk path instead (sm_90+): TMA bulk copies through a ring of shared-memory stages per
+//   - at prefill sizes a vector copy into a cache of the input dtype takes the bulk path instead
+//     (sm_90+) where its BulkGate lets it (the op module's _BULK_* attributes: row counts and
+//     the cache-side run length): TMA bulk copies through a ring of shared-memory stages per
 //     one-warp CTA, loads running stages - kBulkLag tokens ahead of the stores (below);
 //   - fp8 caches (float8_e4m3fn, or uint8 holding its bytes) store cvt_satfinite_rne(x / scale),
 //     x / scale correctly rounded (__fdiv_rn, so the reference's torch division is matched bit for
@@ -226,8 +227,18 @@ constexpr int kBulkMinStages = 4;
 constexpr int kBulkMaxStages = 16;
 constexpr int kBulkBarBytes = 128;           // the mbarriers, ahead of the stages
 constexpr int64_t kBulkMaxRowBytes = 16 * 1024;
-// From this many tokens the bulk path runs (below: the register path, decode untouched).
-constexpr int64_t kBulkMinTokens = 2048;
+
+// Where the bulk path runs, from the op module's attributes (_BULK_MIN_ROWS, _BULK_MAX_ROWS,
+// _BULK_MIN_RUN_BYTES, read each call): from min_rows tokens (negative: never) up to max_rows
+// (negative: no ceiling), and only where a token's cache-side runs average at least
+// min_run_bytes (its row bytes over its bulk stores, parts back to back in one cache counted as
+// one run): an H200 A/B won with 2 KB runs (NHD, token-major) and MLA's 1152-byte rows, lost with
+// HND's 256-byte head runs.
+struct BulkGate {
+  int64_t min_rows = -1;
+  int64_t max_rows = -1;
+  int64_t min_run_bytes = 0;
+};
 
 // One part in bytes: `src_runs` runs of `src_bytes` (src_run apart) per token, likewise for the
 // destination; a part's heads lie back to back from `offset` in a stage, so a part whose heads
@@ -519,18 +530,29 @@ inline bool launch_bulk_kernel(const kernels::Launch& ctx, int64_t tokens, int64
   return true;
 }
 
-// The bulk path where it applies (caches of the input dtype, 16-byte packs, sm_90+, at least
-// kBulkMinTokens tokens of at most kBulkMaxRowBytes); false: the caller runs the register path.
-inline bool launch_bulk(const kernels::Launch& ctx, int64_t es, const PartSpec& a,
-                        const PartSpec& b, const tvm::ffi::TensorView& slots, int64_t tokens,
-                        int64_t limit, int64_t skip, int64_t block_size) {
-  if (tokens < kBulkMinTokens || !kernels::pdl_supported(ctx.device)) return false;
+// A token's cache-side stores: both parts' runs, or one where b's single run follows a's in the
+// same cache (set_mla_kv_buffer's nope | rope row).
+inline int64_t bulk_dst_runs(const BulkPart& a, const BulkPart& b) {
+  const bool joined = a.dst_runs == 1 && b.dst_runs == 1 && b.dst == a.dst + a.dst_bytes &&
+                      b.dst_tok == a.dst_tok && b.dst_block == a.dst_block;
+  return joined ? 1 : int64_t{a.dst_runs} + b.dst_runs;
+}
+
+// The bulk path where it applies (caches of the input dtype, 16-byte packs, sm_90+, rows of at
+// most kBulkMaxRowBytes, and where `gate` lets it); false: the caller runs the register path.
+inline bool launch_bulk(const kernels::Launch& ctx, const BulkGate& gate, int64_t es,
+                        const PartSpec& a, const PartSpec& b, const tvm::ffi::TensorView& slots,
+                        int64_t tokens, int64_t limit, int64_t skip, int64_t block_size) {
+  if (gate.min_rows < 0 || tokens < gate.min_rows) return false;
+  if (gate.max_rows >= 0 && tokens > gate.max_rows) return false;
+  if (!kernels::pdl_supported(ctx.device)) return false;
   const int64_t a_bytes = a.heads * a.width * es;
   const int64_t row = a_bytes + b.heads * b.width * es;
   if (row <= 0 || row > kBulkMaxRowBytes) return false;
   BulkParams p;
   p.a = bulk_part(a, es, 0);
   p.b = bulk_part(b, es, a_bytes);
+  if (row / bulk_dst_runs(p.a, p.b) < gate.min_run_bytes) return false;  // the mean run
   p.slots = kernels::data<const void>(slots);
   p.tokens = tokens;
   p.map = SlotMap(limit, skip, block_size);
@@ -546,9 +568,9 @@ inline bool launch_bulk(const kernels::Launch& ctx, int64_t es, const PartSpec& 
 
 // The launch: T the input element type, TC the cache's (T, or uint8_t for fp8 bytes).
 template <typename T, typename TC>
-void write_rows(const kernels::Launch& ctx, const PartSpec& a, const PartSpec& b,
-                const tvm::ffi::TensorView& slots, int64_t tokens, int64_t limit, int64_t skip,
-                int64_t block_size) {
+void write_rows(const kernels::Launch& ctx, const BulkGate& gate, const PartSpec& a,
+                const PartSpec& b, const tvm::ffi::TensorView& slots, int64_t tokens,
+                int64_t limit, int64_t skip, int64_t block_size) {
   constexpr int kVec = kernels::kVectorBytes / static_cast<int>(sizeof(T));
   const bool vector = part_fits(a, kVec, sizeof(T), sizeof(TC)) &&
                       part_fits(b, kVec, sizeof(T), sizeof(TC));
@@ -558,7 +580,8 @@ void write_rows(const kernels::Launch& ctx, const PartSpec& a, const PartSpec& b
       << ctx.op << ": a token's row is too wide (" << items << " accesses)";
   if (items == 0 || tokens == 0) return;
   if constexpr (std::is_same_v<T, TC>) {
-    if (vector && launch_bulk(ctx, sizeof(T), a, b, slots, tokens, limit, skip, block_size))
+    if (vector &&
+        launch_bulk(ctx, gate, sizeof(T), a, b, slots, tokens, limit, skip, block_size))
       return;
   }
   Params<T, TC> p;
@@ -586,14 +609,14 @@ void write_rows(const kernels::Launch& ctx, const PartSpec& a, const PartSpec& b
 }
 
 // Dispatch on the input dtype and the cache kind (same dtype, or fp8 bytes).
-inline void dispatch(const kernels::Launch& ctx, DLDataType dtype, bool fp8, const PartSpec& a,
-                     const PartSpec& b, const tvm::ffi::TensorView& slots, int64_t tokens,
-                     int64_t limit, int64_t skip, int64_t block_size) {
+inline void dispatch(const kernels::Launch& ctx, const BulkGate& gate, DLDataType dtype, bool fp8,
+                     const PartSpec& a, const PartSpec& b, const tvm::ffi::TensorView& slots,
+                     int64_t tokens, int64_t limit, int64_t skip, int64_t block_size) {
   KERNELS_DISPATCH_FLOAT(dtype, ctx.op, T, [&] {
     if (fp8)
-      write_rows<T, uint8_t>(ctx, a, b, slots, tokens, limit, skip, block_size);
+      write_rows<T, uint8_t>(ctx, gate, a, b, slots, tokens, limit, skip, block_size);
     else
-      write_rows<T, T>(ctx, a, b, slots, tokens, limit, skip, block_size);
+      write_rows<T, T>(ctx, gate, a, b, slots, tokens, limit, skip, block_size);
   });
 }
 

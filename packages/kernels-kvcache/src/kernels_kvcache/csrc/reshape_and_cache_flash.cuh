@@ -11,13 +11,16 @@
 
 // key_cache [NB, bs, Hk, D], value_cache [NB, bs, Hk, Dv] (the input dtype for "auto";
 // float8_e4m3fn or uint8 for "fp8"/"fp8_e4m3"), key [N, Hk, D], value [N, Hk, Dv], slot_mapping
-// [N] int32/int64; last dims contiguous, other strides free.
+// [N] int32/int64; last dims contiguous, other strides free. bulk_*: where the TMA bulk path runs
+// (kv_write.cuh's BulkGate; the op module's _BULK_*).
 inline void reshape_and_cache_flash(tvm::ffi::TensorView key_cache,
                                     tvm::ffi::TensorView value_cache, tvm::ffi::TensorView key,
                                     tvm::ffi::TensorView value, tvm::ffi::TensorView slot_mapping,
                                     tvm::ffi::String kv_cache_dtype,
                                     tvm::ffi::Optional<tvm::ffi::TensorView> k_scale,
-                                    tvm::ffi::Optional<tvm::ffi::TensorView> v_scale) {
+                                    tvm::ffi::Optional<tvm::ffi::TensorView> v_scale,
+                                    int64_t bulk_min_rows, int64_t bulk_max_rows,
+                                    int64_t bulk_min_run_bytes) {
   namespace kw = kv_write;
   constexpr const char* kOp = "kvcache.reshape_and_cache_flash";
   // 1. Validate.
@@ -75,6 +78,7 @@ inline void reshape_and_cache_flash(tvm::ffi::TensorView key_cache,
     return s;
   };
   const bool fp8 = kind != "auto";
-  kw::dispatch(ctx, key.dtype(), fp8, part(key, key_cache, ks), part(value, value_cache, vs),
-               slot_mapping, n, blocks * block_size, -1, block_size);
+  const kw::BulkGate gate{bulk_min_rows, bulk_max_rows, bulk_min_run_bytes};
+  kw::dispatch(ctx, gate, key.dtype(), fp8, part(key, key_cache, ks),
+               part(value, value_cache, vs), slot_mapping, n, blocks * block_size, -1, block_size);
 }

@@ -9,10 +9,13 @@
 
 // kv_buffer [S, 1, Dn+Dr] or [S, Dn+Dr] (the dtype of k_nope, or float8_e4m3fn), loc [N]
 // int32/int64, k_nope [N, (1,) Dn], k_rope [N, (1,) Dr] (one float dtype); last dims contiguous,
-// row strides free.
+// row strides free. bulk_*: where the TMA bulk path runs (kv_write.cuh's BulkGate; the op
+// module's _BULK_*).
 inline void set_mla_kv_buffer(tvm::ffi::TensorView kv_buffer, tvm::ffi::TensorView loc,
                               tvm::ffi::TensorView k_nope, tvm::ffi::TensorView k_rope,
-                              tvm::ffi::Optional<tvm::ffi::TensorView> scale) {
+                              tvm::ffi::Optional<tvm::ffi::TensorView> scale,
+                              int64_t bulk_min_rows, int64_t bulk_max_rows,
+                              int64_t bulk_min_run_bytes) {
   namespace kw = kv_write;
   constexpr const char* kOp = "kvcache.set_mla_kv_buffer";
   // 1. Validate.
@@ -59,5 +62,6 @@ inline void set_mla_kv_buffer(tvm::ffi::TensorView kv_buffer, tvm::ffi::TensorVi
   b.heads = dr ? 1 : 0;
   b.width = dr;
   b.scale = s;
-  kw::dispatch(ctx, k_nope.dtype(), fp8, a, b, loc, n, kv_buffer.size(0), -1, 1);
+  const kw::BulkGate gate{bulk_min_rows, bulk_max_rows, bulk_min_run_bytes};
+  kw::dispatch(ctx, gate, k_nope.dtype(), fp8, a, b, loc, n, kv_buffer.size(0), -1, 1);
 }

@@ -9,11 +9,14 @@
 
 // k_cache [S, Wk], v_cache [S, Wv] (the dtype of k, or float8_e4m3fn; both kinds alike), k [N, Wk],
 // v [N, Wv] (one float dtype), indices [N] int32/int64; last dims contiguous, row strides free.
+// bulk_*: where the TMA bulk path runs (kv_write.cuh's BulkGate; the op module's _BULK_*).
 inline void store_cache(tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache,
                         tvm::ffi::TensorView k, tvm::ffi::TensorView v,
                         tvm::ffi::TensorView indices,
                         tvm::ffi::Optional<tvm::ffi::TensorView> k_scale,
-                        tvm::ffi::Optional<tvm::ffi::TensorView> v_scale, int64_t skip_index) {
+                        tvm::ffi::Optional<tvm::ffi::TensorView> v_scale, int64_t skip_index,
+                        int64_t bulk_min_rows, int64_t bulk_max_rows,
+                        int64_t bulk_min_run_bytes) {
   namespace kw = kv_write;
   constexpr const char* kOp = "kvcache.store_cache";
   // 1. Validate.
@@ -64,5 +67,6 @@ inline void store_cache(tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cac
   b.heads = 1;
   b.width = v.size(1);
   b.scale = vs;
-  kw::dispatch(ctx, k.dtype(), fp8, a, b, indices, n, k_cache.size(0), skip_index, 1);
+  const kw::BulkGate gate{bulk_min_rows, bulk_max_rows, bulk_min_run_bytes};
+  kw::dispatch(ctx, gate, k.dtype(), fp8, a, b, indices, n, k_cache.size(0), skip_index, 1);
 }
