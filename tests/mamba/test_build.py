@@ -23,6 +23,7 @@ def test_cuda_sources_compile_for_sm90a():
 _MEMCHECK_SCRIPT = """
 import torch
 from kernels_mamba import causal_conv1d_fwd, causal_conv1d_update, selective_state_update
+from kernels_mamba.ops import causal_conv1d_fwd as fwd_mod
 dev = "cuda"
 for dtype in (torch.bfloat16, torch.float32):
     for width in (2, 4):
@@ -37,6 +38,12 @@ for dtype in (torch.bfloat16, torch.float32):
         causal_conv1d_fwd(xc, w, w[:, 0], states, qsl, idx, init)
         xb = torch.randn(2, 24, 77, device=dev, dtype=dtype)
         causal_conv1d_fwd(xb, w)
+        default = fwd_mod._SHORT_ROW_MAX_BYTES
+        fwd_mod._SHORT_ROW_MAX_BYTES = 1 << 62  # the 2-pack warp kernel over long rows
+        causal_conv1d_fwd(xc, w, w[:, 0], states, qsl, idx, init)
+        fwd_mod._SHORT_ROW_MAX_BYTES = -1  # the 8-pack warp kernel on short ones
+        causal_conv1d_fwd(xb, w)
+        fwd_mod._SHORT_ROW_MAX_BYTES = default
         xs = torch.randn(2600, 27, device=dev, dtype=dtype)[:, :24].T
         causal_conv1d_fwd(xs, w, None, states, qsl, idx, init)
         xd = torch.randn(3, 24, device=dev, dtype=dtype)

@@ -119,13 +119,76 @@ def test_fwd_varlen_short_rows(device, backend, width, dtype):
         assert_close(got[1], ref[1], name="conv_states")
 
 
+def _cf_packs_run(fn) -> list[int]:
+    """The packs per lane (kU: 2 or 8) of every channel-first warp kernel run while fn runs
+    (its instantiation's name, from torch.profiler)."""
+    import re
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = " ".join(event.key for event in prof.key_averages())
+    return sorted({int(u) for u in re.findall(r"fwd_cf_kernel<[^<>]*, (\d+)>", names)})
+
+
+# _SHORT_ROW_MAX_BYTES (read each call): channel-first rows of at most that many bytes take the
+# 2-pack kernel (two iterations loaded ahead), longer ones the 8-pack kernel (one ahead). Each
+# side of the default (2 KB: 1024 16-bit columns, 512 fp32) and of a row's exact byte count, and
+# both kernels forced on every length: the 8-pack kernel on short rows, the 2-pack kernel over
+# many iterations (each buffer reloaded in turn), batched and varlen with states.
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("length", [7, 500, 512, 513, 1023, 1024, 1025, 4100])
+@pytest.mark.parametrize("setting", ["default", "never", "always", "edge", "edge-1"])
+def test_fwd_short_row_threshold(monkeypatch, dtype, length, setting):
+    import sys
+
+    from kernels_mamba.ops import causal_conv1d_fwd as mod
+
+    row_bytes = length * dtype.itemsize
+    threshold = {
+        "default": mod._SHORT_ROW_MAX_BYTES,
+        "never": -1,
+        "always": sys.maxsize,
+        "edge": row_bytes,
+        "edge-1": row_bytes - 1,
+    }[setting]
+    monkeypatch.setattr(mod, "_SHORT_ROW_MAX_BYTES", threshold)
+    expected = [2] if row_bytes <= threshold else [8]
+    dim, width = 40, 4
+    x = randn(3, dim, length, dtype=dtype, device="cuda", seed=length)
+    weight = randn(dim, width, dtype=dtype, device="cuda", seed=1)
+    bias = randn(dim, device="cuda", seed=2)
+    out = []
+    packs = _cf_packs_run(
+        lambda: out.append(_fwd_both("cuda", x, weight, bias, None, None, None, None, "silu"))
+    )
+    assert packs == expected, (packs, threshold)
+    assert_close(out[0][0][0], out[0][1][0], name="x")
+    # varlen [D, T] with states: T (every sequence's bound) is the row length
+    lens = [3, length - 10, 0, 7] if length > 10 else [length]
+    qsl = _qsl(lens, "cuda")
+    xv = randn(dim, length, dtype=dtype, device="cuda", seed=length + 1)
+    states = randn(5, dim, width - 1, dtype=dtype, device="cuda", seed=3)
+    idx = torch.tensor([4, 0, 1, 2][: len(lens)], dtype=torch.int32, device="cuda")
+    init = torch.tensor([True, False, True, True][: len(lens)], device="cuda")
+    out.clear()
+    packs = _cf_packs_run(
+        lambda: out.append(_fwd_both("cuda", xv, weight, bias, states, qsl, idx, init, None))
+    )
+    assert packs == expected, (packs, threshold)
+    got, ref = out[0]
+    assert_close(got[0], ref[0], name="x")
+    assert_close(got[1], ref[1], name="conv_states")
+
+
 @pytest.mark.parametrize(("device", "backend"), BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("length", [1, 7, 500, 1000, 1023, 1030, 4100])
 def test_fwd_batched_no_state(device, backend, dtype, length):
     """Rows of up to 1024 (16-bit) or 512 (fp32) columns take the 2-pack warp kernel (1023: rows
     off a 16-byte boundary, 3 iterations of it), longer ones the 8-pack kernel (4100: 3 or more
-    iterations, each buffer reloaded)."""
+    iterations, the next one's packs loaded during each)."""
     dim, width = 40, 4
     x = randn(3, dim, length, dtype=dtype, device=device, seed=length)
     weight = randn(dim, width, dtype=dtype, device=device, seed=1)

@@ -6,12 +6,14 @@
 // - channel-first (stride 1 along time: [D, T] or [Bt, D, L] contiguous): a warp per (sequence,
 //   channel), 4 warps per CTA. Lane l holds packs base + u*32 + l (u < kCfU = 8) of 16 bytes
 //   along time (aligned to 16-byte addresses, the row's head and tail element-wise), so each load
-//   is one coalesced 512-byte run; two buffers in turn: the first two iterations' packs go out at
-//   once (a row of L <= 4096 bf16 is loaded whole before any math), then each buffer is reloaded
-//   with the iteration after next once its stores are out (4-8 KB per warp in flight). Rows of at
-//   most 1024 bf16 columns (kCfShortPacks) take 2 packs per lane instead (<= 64 registers,
-//   8 CTAs = 32 warps per SM: [1, 4096, 512] in one wave). The halo of a pack is the tail of
-//   the previous pack, from lane l-1 (or lane 31 of pack u-1, or the previous iteration) by
+//   is one coalesced 512-byte run; the next iteration's 8 packs are loaded before this one's math
+//   and stores (double buffer: 4 KB per warp always in flight). Short rows (at most the op
+//   module's _SHORT_ROW_MAX_BYTES: 2 KB, 1024 bf16 columns) take the 2-pack kernel instead
+//   (kCfUShort: <= 64 registers, 8 CTAs = 32 warps per SM: [1, 4096, 512] in one wave), whose two
+//   buffers go out at once (the whole row before any math) and are reloaded in turn with the
+//   iteration after next (an H200 A/B: [1, 4096, 512] 10.08 -> 7.31 us; the same two-ahead
+//   loading in the 8-pack kernel lost, [1, 4096, 4096] 22.67 -> 27.26). The halo of a pack is the
+//   tail of the previous pack, from lane l-1 (or lane 31 of pack u-1, or the previous iteration) by
 //   shuffles. A warp's 32 packs u whose windows lie inside the sequence (all but the first and
 //   the last of a sequence) take a lean path without prefix/edge/state logic (~12 instructions
 //   per element); silu on 16-bit data uses MUFU ex2 + rcp. No shared memory.
@@ -250,12 +252,11 @@ __device__ __forceinline__ bool sequence_of(const Params& p, int64_t b, int64_t&
 
 constexpr int kCfWarps = 4;  // channels per CTA (one warp each)
 constexpr int kCfU = 8;      // 16-byte packs per lane per iteration (4 KB of bf16 per warp)
-// Short rows (<= kCfShortPacks packs: 1024 bf16 columns) take 2 packs per lane per iteration,
-// <= 64 registers, 8 CTAs (32 warps) per SM: [1, 4096, 512] is 4096 warps in one wave of 4224
-// (kCfU: 4 CTAs per SM, 1.94 waves of warps that each live one load round trip).
+// Short rows (the host's choice: rows of at most _SHORT_ROW_MAX_BYTES) take 2 packs per lane per
+// iteration, <= 64 registers, 8 CTAs (32 warps) per SM: [1, 4096, 512] is 4096 warps in one wave
+// of 4224 (kCfU: 4 CTAs per SM, 1.94 waves of warps that each live one load round trip).
 constexpr int kCfUShort = 2;
 constexpr int kCfCtasShort = 8;
-constexpr int64_t kCfShortPacks = 2 * 32 * kCfUShort;
 
 // The packs of one iteration of the channel-first kernel: pack k = base + u * 32 + lane covers
 // columns [k * kN - o, k * kN - o + kN) of the row; whole 16-byte vectors inside the row,
@@ -315,12 +316,17 @@ __global__ void __launch_bounds__(kCfWarps * 32, kU >= kCfU ? 4 : kCfCtasShort)
   const int64_t o = static_cast<int64_t>(reinterpret_cast<uintptr_t>(xr) % 16) / sizeof(T);
   const int64_t end = start + len;
   const int64_t first = (start + o) / kN, last = len > 0 ? (end - 1 + o) / kN : first - 1;
-  // 1. The first iteration's packs go out first, then the taps, bias and prefix as one batch
+  // The 2-pack kernel loads two iterations ahead (both buffers at once, reloaded in turn); the
+  // 8-pack kernel one (the next iteration's packs in flight during this one's, then copied).
+  constexpr bool kTwoAhead = kU < kCfU;
+  // 1. The first iteration's packs go out first (the 2-pack kernel: the first two iterations',
+  // the whole row of L <= 2 x kStep packs), then the taps, bias and prefix as one batch
   // (load_raw: no load waits for another), converted after.
-  // The first two iterations' packs go out at once (the whole row of L <= 2 x kStep packs).
   Pk buf0[kU], buf1[kU];
   if (len > 0) cf_load<T>(buf0, xr, first, last, o, rowlen, lane);
-  if (first + kStep <= last) cf_load<T>(buf1, xr, first + kStep, last, o, rowlen, lane);
+  if constexpr (kTwoAhead) {
+    if (first + kStep <= last) cf_load<T>(buf1, xr, first + kStep, last, o, rowlen, lane);
+  }
   const int64_t srow = row * p.ss_s + d * p.ss_d;
   Raw rw[kW], rb{0, 0}, rp[kH];
 #pragma unroll
@@ -347,9 +353,9 @@ __global__ void __launch_bounds__(kCfWarps * 32, kU >= kCfU ? 4 : kCfCtasShort)
   uint32_t carry[kHW];
 #pragma unroll
   for (int k = 0; k < kHW; ++k) carry[k] = 0;
-  // 2. One iteration on the packs `cur` of packs base..: the other buffer's packs are in flight
-  // during its math and stores; then `cur` is reloaded with the iteration after next (other
-  // addresses: the reads of x stay ahead of its writes). Two buffers in turn, no copies.
+  // 2. One iteration on the packs `cur` of packs base..: the next iteration's packs are in flight
+  // during its math and stores (other addresses: the reads of x stay ahead of its writes); the
+  // 2-pack kernel then reloads `cur` with the iteration after next (two buffers in turn).
   auto iterate = [&](Pk (&cur)[kU], int64_t base) {
     // 3. Per pack: the halo (tail of the previous pack) by shuffles, fp32 math, store.
     uint32_t next_carry[kHW];
@@ -445,12 +451,24 @@ __global__ void __launch_bounds__(kCfWarps * 32, kU >= kCfU ? 4 : kCfCtasShort)
     }
 #pragma unroll
     for (int k = 0; k < kHW; ++k) carry[k] = next_carry[k];
-    if (base + 2 * kStep <= last) cf_load<T>(cur, xr, base + 2 * kStep, last, o, rowlen, lane);
+    if constexpr (kTwoAhead) {
+      if (base + 2 * kStep <= last) cf_load<T>(cur, xr, base + 2 * kStep, last, o, rowlen, lane);
+    }
   };
-  for (int64_t base = first; base <= last; base += 2 * kStep) {
-    iterate(buf0, base);
-    if (base + kStep > last) break;
-    iterate(buf1, base + kStep);
+  if constexpr (kTwoAhead) {
+    for (int64_t base = first; base <= last; base += 2 * kStep) {
+      iterate(buf0, base);
+      if (base + kStep > last) break;
+      iterate(buf1, base + kStep);
+    }
+  } else {
+    for (int64_t base = first; base <= last; base += kStep) {
+      Pk nxt[kU];
+      if (base + kStep <= last) cf_load<T>(nxt, xr, base + kStep, last, o, rowlen, lane);
+      iterate(buf0, base);
+#pragma unroll
+      for (int u = 0; u < kU; ++u) buf0[u] = nxt[u];
+    }
   }
 }
 
@@ -642,14 +660,15 @@ void launch(const kernels::Launch& ctx, const Params& p, int64_t width, int64_t 
 // x: varlen [D, T] (with query_start_loc [B+1]) or batched [Bt, D, L], any strides, float32,
 // float16 or bfloat16, overwritten; weight [D, W] (W in 2..4), bias [D] or None, conv_states
 // [S, D, W-1] or None (any float dtype, any strides); cache_indices [B] int32/int64 or None;
-// has_initial_state [B] bool or None.
+// has_initial_state [B] bool or None. short_row_max_bytes: channel-first rows of at most this many
+// bytes take the 2-pack kernel (the op module's _SHORT_ROW_MAX_BYTES; negative: never).
 inline void causal_conv1d_fwd(tvm::ffi::TensorView x, tvm::ffi::TensorView weight,
                               tvm::ffi::Optional<tvm::ffi::TensorView> bias,
                               tvm::ffi::Optional<tvm::ffi::TensorView> conv_states,
                               tvm::ffi::Optional<tvm::ffi::TensorView> query_start_loc,
                               tvm::ffi::Optional<tvm::ffi::TensorView> cache_indices,
                               tvm::ffi::Optional<tvm::ffi::TensorView> has_initial_state,
-                              bool silu, int64_t pad_slot_id) {
+                              bool silu, int64_t pad_slot_id, int64_t short_row_max_bytes) {
   namespace detail = causal_conv1d_fwd_detail;
   constexpr const char* kOp = "mamba.causal_conv1d_fwd";
   // 1. Validate.
@@ -763,9 +782,9 @@ inline void causal_conv1d_fwd(tvm::ffi::TensorView x, tvm::ffi::TensorView weigh
     if (time_unit) p.xs_t = 1;  // the warp kernel addresses columns as xr + c
     if (chan_first) {
       const dim3 grid(kernels::ceil_div(dim, detail::kCfWarps), static_cast<unsigned>(seqs));
-      // Rows of at most kCfShortPacks packs (every sequence, as the rows of x are) take the
-      // 2-pack kernel: twice the resident warps, the whole row loaded at once.
-      const bool short_rows = len_dim <= detail::kCfShortPacks * kN;
+      // Rows of at most short_row_max_bytes (every sequence, as the rows of x are; negative:
+      // none) take the 2-pack kernel: twice the resident warps, the whole row loaded at once.
+      const bool short_rows = len_dim * esize <= short_row_max_bytes;
       auto go = [&](auto kernel) {
         kernel<<<grid, detail::kCfWarps * 32, 0, ctx.stream>>>(p);
       };

@@ -3,9 +3,9 @@
 CUDA (in place, so each sequence's channel is owned by one warp or CTA from its first column to
 its last; the W-1 halo travels in registers, never re-read from the overwritten x):
 - channel-first x (stride 1 along time): a warp per (sequence, channel), 16-byte packs along time
-  interleaved over the lanes, two buffers of 8 per lane (2 for rows of <= 1024 16-bit columns)
-  loaded at once and reloaded in turn, the halo by warp shuffles, a lean path for packs inside
-  the sequence;
+  interleaved over the lanes, double-buffered (the next 8 per lane in flight during this 8's
+  math; rows of at most _SHORT_ROW_MAX_BYTES: 2 per lane, both buffers loaded at once and
+  reloaded in turn), the halo by warp shuffles, a lean path for packs inside the sequence;
 - 16-byte aligned channel-last x (the proj_out view): a 512-thread CTA per (sequence, 64 bytes of
   channels), 4 consecutive steps per thread, the halo by shuffles and a small shared buffer, the
   next round's loads in flight during this round's math;
@@ -42,6 +42,13 @@ CAUSAL_CONV1D_FWD_CUDA = ModuleSpec(
     "16-byte packs, the halo in registers, fp32 math",
 )
 _fwd_kernel = CompiledFunction(CAUSAL_CONV1D_FWD_CUDA, "causal_conv1d_fwd")
+# Channel-first rows (the time axis of a sequence's channel) of at most this many bytes take the
+# 2-pack warp kernel (both buffers loaded at once), longer ones the 8-pack kernel; read each call
+# so one process can A/B it (-1: never; sys.maxsize: always). H200 interleaved A/B, bf16: 512
+# columns (1 KB) won, 10.08 -> 7.31 us at [1, 4096, 512]; 2 KB, 1024 columns, is where the 2-pack
+# kernel's two iterations still hold the whole row (not measured); the 8-pack kernel kept the one-
+# ahead double buffer, as the two-ahead one lost at [1, 4096, 2048] and [1, 4096, 4096].
+_SHORT_ROW_MAX_BYTES = 2048
 
 
 def _causal_conv1d_fwd_torch(
@@ -89,6 +96,7 @@ def _causal_conv1d_fwd_cuda(
         has_initial_state,
         activation is not None,
         pad_slot_id,
+        _SHORT_ROW_MAX_BYTES,
     )
 
 
