@@ -1,37 +1,34 @@
 #!/usr/bin/env bash
-# The pending patches' device calls (README.md), one per invocation, on the GPU machine from the
-# repository root of wip/pending (main + docs/pending/*.mbox):
-#   bash docs/pending/calls.sh N     # N = 4, 2, 6 or 5; writes $OUT/t/r.tgz (results + session.log)
-# carry: .whl and .gpu/pack always; .ab for 2; .peers/flashinfer, .peers/sglang and
-# .peers/vllm_fused_moe for 5 (and no .ab: 64 MiB in all). CALL_LIMIT (s, default 470) bounds the
-# session so that its results are packed within the device tool's limit: a machine start takes
-# ~5-6 minutes of the session's device budget, so lower it when little budget is left.
+# The pending patches' one device call (README.md), on the GPU machine from the repository root of
+# wip/pending (main + docs/pending/*.mbox):
+#   bash docs/pending/calls.sh      # writes $OUT/t/r.tgz (results + session.log)
+# carry: .whl, .gpu/pack (if rebuilt for this stack), .ab (`python -m shared.bench.ab prepare
+# --base main --group layernorm`) and .peers/vllm_fused_moe.
+# The tests run one pytest process after another: eight processes sharing the GPU at once made
+# each test 10-50x slower on 2026-12-05. CALL_LIMIT (s, default 560) bounds the session so that its
+# results are packed within the device tool's limit.
 set -uo pipefail
-call=${1:?usage: calls.sh 4|2|6|5}
 : "${OUT:?the device tool sets OUT}"
+export OUT
 export KERNELS_COMMIT=${KERNELS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-case "$call" in
-  4) export TESTS_FILE=docs/pending/gpu-tests-4.txt TESTS_TIMEOUT=${TESTS_LIMIT:-420} ;;
-  2) # hadamard (12), layernorm bf16 (11); then layernorm in fp16 (02, 11; KERNELS_BENCH_DTYPE
-     # is read by the layernorm suite alone)
-     export AB="quantization layernorm"
-     export AB_OPS="hadamard_transform layernorm"
-     export RUN="KERNELS_BENCH_DTYPE=float16 timeout -s INT 100 python3 -m shared.bench.ab run \
-       --group layernorm --op layernorm" ;;
-  6) # patches 13 and 14 (reworks of 01, 03/06, 04): their tests, then each path off / default / on
-     export TESTS_FILE=docs/pending/gpu-tests-6.txt TESTS_TIMEOUT=${TESTS_LIMIT:-240}
-     export RUN="timeout -s INT 90 python3 docs/pending/small_m_ab.py;
-       timeout -s INT 90 python3 docs/pending/thresholds_ab.py" ;;
-  5) # main's sweep of the groups landed on 2026-12-05 beside the peers, in one run (issue 12's
-     # top_k_mask >= 2x FlashInfer and min_p vs torch.compile; issue 11's fused_moe beside vLLM's
-     # Triton kernel, never run yet); works on main itself, no patch needed
-     export BENCH="${BENCH:-sampling moe quantization}" STATIC_COMPILE=large BENCH_TIMEOUT=420 ;;
-  *) echo "calls.sh: no call $call (4, 2, 6 or 5)" >&2; exit 2 ;;
-esac
-timeout -k 10 -s INT "${CALL_LIMIT:-470}" bash shared/bench/gpu_session.sh >"$OUT/session.log" 2>&1
+# 16: fused_moe beside vLLM's Triton kernel (on an H100: the H200 table standing in)
+export BENCH=moe BENCH_OPS=fused_moe STATIC_COMPILE=none BENCH_TIMEOUT=120
+# the two misses to look into next (ncu: bandwidth, occupancy, stalls)
+export PROFILE="sampling:min_p_renorm_probs:1,128256:float32 layernorm:fused_add_rmsnorm:64,8192:bfloat16"
+# 02: layernorm fp16 tests and A/B against main; 15: fused_a's tests under the new default and
+# its switches; 16: fused_moe's GPU tests
+export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q -p no:cacheprovider \
+    --timeout 200 2>&1 | tail -4; }
+t 150 tests/layernorm/test_layernorm.py -k "float16 and not compile and (fp32_weight or layouts or matches_reference)"
+t 100 tests/gemm/test_dsv3_fused_a_gemm.py tests/gemm/test_small_m_switches.py -k "not compile"
+t 60 tests/moe/test_fused_moe.py -k "not compile"
+KERNELS_BENCH_DTYPE=float16 timeout -s INT 80 python3 -m shared.bench.ab run --group layernorm --op layernorm
+timeout -s INT 60 python3 -m shared.bench.switches --group gemm --op dsv3_fused_a_gemm \
+  --setting old:_RING_MAX_M=0,_CLUSTER_PUSH=False,_WEIGHT_FIRST=False'
+timeout -k 10 -s INT "${CALL_LIMIT:-560}" bash shared/bench/gpu_session.sh >"$OUT/session.log" 2>&1
 status=$?
 mkdir -p "$OUT/t"
 tar czf "$OUT/t/r.tgz" -C "$OUT" results session.log 2>/dev/null
 rm -rf "$OUT/results" "$OUT/session.log" "$OUT/results.tar.gz"
-echo "call $call: gpu_session exit $status"
+echo "pending call: gpu_session exit $status"
 exit $status
