@@ -6,6 +6,17 @@ import torch
 
 MAX_ROWS = 16  # the CUDA kernel's M: one tensor-core tile of rows
 
+# The engine's switches: module attributes of each op (ops/dsv3_*.py), read on every call and
+# passed to the C++ entry, so one process can time every setting (`python -m
+# shared.bench.switches --group gemm --op dsv3_router_gemm --grid _RING_MAX_M=0,16 ...`) and the
+# GPU tests can force each one:
+# - _RING_MAX_M: runs of >= 16 chunks a warp take the ring kernel (cp.async through a shared-memory
+#   ring, one CTA per SM) at M <= this; 0: never (gemm_kernel, two CTAs per SM).
+# - _CLUSTER_PUSH: the split-K cluster reduction pushes partials with st.async onto the owner's
+#   mbarrier; False: DSMEM stores and a second cluster barrier.
+# - _WEIGHT_FIRST: under PDL the first stages' weight is loaded before griddepcontrol.wait;
+#   False: everything after it, the head of each run prefetched into L2 before it.
+
 
 def rows_fit(t: torch.Tensor, k: int) -> bool:
     """16-byte rows of bf16: an aligned start and (past one row) a row stride % 8 == 0."""

@@ -38,18 +38,13 @@ DSV3_FUSED_A_GEMM_CUDA = ModuleSpec(
 
 _dsv3_fused_a_gemm_kernel = CompiledFunction(DSV3_FUSED_A_GEMM_CUDA, "dsv3_fused_a_gemm")
 
-# The small-M engine's switches (csrc/small_m_gemm.cuh), read on every call (an in-process A/B,
-# docs/pending/small_m_ab.py, flips them; so do the GPU tests):
-# - _RING_MAX_M: runs of >= 16 chunks a warp take the ring kernel (cp.async through a shared-memory
-#   ring, one CTA per SM) at M <= this; 0: never (gemm_kernel, two CTAs per SM).
-# - _CLUSTER_PUSH: the split-K cluster reduction pushes partials with st.async onto the owner's
-#   mbarrier; False: DSMEM stores and a second cluster barrier.
-# - _WEIGHT_FIRST: under PDL the first stages' weight is loaded before griddepcontrol.wait;
-#   False: everything after it, the head of each run prefetched into L2 before it.
-# fused_a (132 CTAs of 16 columns, no split) keeps the kernel of before all three: with the ring
-# and the weight-first order it lost on the H200 at every M but 1, more with M (cold L2: M 8 12.59
-# -> 16.81 us, L2-warm M 16 10.26 -> 18.37). With split == 1 _CLUSTER_PUSH only picks the
-# instantiation (False: the SASS of before the ring commit).
+# The small-M engine's switches (_RING_MAX_M, _CLUSTER_PUSH, _WEIGHT_FIRST: see _small_m.py).
+# fused_a (132 CTAs of 16 columns, no split) keeps the kernel of before all three: the ring with
+# the push instantiation and the weight-first order lost on the H200 at every M but 1 (cold L2:
+# M 8 12.59 -> 16.81 us). With split == 1 _CLUSTER_PUSH only picks the instantiation (False: the
+# SASS of before the ring commit), yet the H100 A/B of the eight settings had the ring with the
+# weight first and no push fastest at every M (cold M 1 / 16 14.85 / 16.67 -> 11.74 / 13.43 us):
+# docs/pending patch 15 makes it the default once its PDL-chain tests have run on a GPU.
 _RING_MAX_M = 0
 _CLUSTER_PUSH = False
 _WEIGHT_FIRST = False

@@ -35,17 +35,12 @@ DSV3_ROUTER_GEMM_CUDA = ModuleSpec(
 
 _dsv3_router_gemm_kernel = CompiledFunction(DSV3_ROUTER_GEMM_CUDA, "dsv3_router_gemm")
 
-# The small-M engine's switches (csrc/small_m_gemm.cuh), read on every call (an in-process A/B,
-# docs/pending/small_m_ab.py, flips them; so do the GPU tests):
-# - _RING_MAX_M: runs of >= 16 chunks a warp take the ring kernel (cp.async through a shared-memory
-#   ring, one CTA per SM) at M <= this; 0: never (gemm_kernel, two CTAs per SM).
-# - _CLUSTER_PUSH: the split-K cluster reduction pushes partials with st.async onto the owner's
-#   mbarrier; False: DSMEM stores and a second cluster barrier.
-# - _WEIGHT_FIRST: under PDL the first stages' weight is loaded before griddepcontrol.wait;
-#   False: everything after it, the head of each run prefetched into L2 before it.
+# The small-M engine's switches (_RING_MAX_M, _CLUSTER_PUSH, _WEIGHT_FIRST: see _small_m.py).
 # The router (runs of 7 chunks at K = 7168, 128/96 CTAs in clusters of 4) took both newer choices
 # in an H200 A/B against the kernels before them (cold L2: M 1 3.24 -> 2.96 us, M 16 4.19 ->
-# 3.69); the ring only matters at K past ~16k.
+# 3.69), and in an H100 A/B of the eight settings all three were the fastest or within 0.1 us
+# of it at every M (256 x 7168 cold L2 M 1 3.67 -> 3.20 us, L2-warm 3.33 -> 2.82); the ring only
+# matters at K past ~16k.
 _RING_MAX_M = 16
 _CLUSTER_PUSH = True
 _WEIGHT_FIRST = True
