@@ -111,8 +111,10 @@ def test_nvcc_supports(monkeypatch):
     monkeypatch.setattr(toolchain, "nvcc_release", lambda: (12, 4))
     assert arch.nvcc_supports("sm_90a") and arch.nvcc_supports("sm_70")
     assert not arch.nvcc_supports("sm_100a")
+    assert "sm_70" in arch.nvcc_archs() and "sm_110a" not in arch.nvcc_archs()
     monkeypatch.setattr(toolchain, "nvcc_release", lambda: None)
     assert not arch.nvcc_supports("sm_90a")
+    assert arch.nvcc_archs() == ()
 
 
 def test_max_jobs(monkeypatch):

@@ -73,6 +73,8 @@ def test_list_json():
         (("list", "--group", "nope"), ("unknown group", "nope")),
         (("list", "--op", "elementwise.nope"), ("unknown op", "elementwise.nope")),
         (("build", "--arch", "sm_9"), ("--arch", "sm_9")),
+        (("build", "--arch", "sm_77"), ("--arch sm_77", "does not compile", "sm_90a")),
+        (("build", "--arch", "sm_90a,sm_70"), ("--arch sm_70:", "does not compile")),
         (("build", "--jobs", "0"), ("--jobs",)),
         (("build", "--cache-dir", __file__), ("--cache-dir", "not a directory")),
     ],

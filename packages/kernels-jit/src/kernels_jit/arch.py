@@ -145,3 +145,8 @@ def nvcc_supports(arch: str) -> bool:
     if name.endswith("f"):
         first = max(first, (12, 9))
     return release >= first and (last is None or release <= last)
+
+
+def nvcc_archs() -> tuple[str, ...]:
+    """The archs the nvcc found here compiles, normalised ('sm_90a'); () without nvcc."""
+    return tuple(normalize_cuda_arch(str(n)) for n in _NVCC_RANGE if nvcc_supports(str(n)))

@@ -228,7 +228,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def _archs(values: list[str] | None) -> list[str] | None:
     """``--arch`` values (repeatable, comma-separated) normalised; None if not given."""
-    from kernels_jit import arch
+    from kernels_jit import arch, toolchain
 
     if not values:
         return None
@@ -241,6 +241,15 @@ def _archs(values: list[str] | None) -> list[str] | None:
                 raise UsageError(f"--arch: {exc}") from None
     if not archs:
         raise UsageError("--arch: give a CUDA arch, e.g. --arch sm_90a")
+    # An arch this nvcc cannot compile fails here, once, instead of once per module in nvcc's
+    # words (without nvcc the build says what is missing).
+    release = toolchain.nvcc_release()
+    unsupported = [a for a in archs if release is not None and not arch.nvcc_supports(a)]
+    if unsupported:
+        raise UsageError(
+            f"--arch {', '.join(unsupported)}: nvcc {release[0]}.{release[1]} here does not "
+            f"compile for it; it compiles {', '.join(arch.nvcc_archs())}"
+        )
     return archs
 
 
