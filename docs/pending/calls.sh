@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The pending patches' one device call (README.md), on the GPU machine from the repository root of
+# The pending patches' device calls (README.md), on the GPU machine from the repository root of
 # wip/pending (main + docs/pending/*.mbox):
-#   bash docs/pending/calls.sh      # writes $OUT/t/r.tgz (results + session.log)
+#   bash docs/pending/calls.sh        # tests, A/B, bench, profiles: $OUT/t/r.tgz (results + log)
+#   bash docs/pending/calls.sh tune   # on a GPU without a fused_moe table (an H100): tunes the two
+#                                     # model shapes into $OUT/t/fused_moe_<device>.json (~8 min)
 # carry: .whl, .gpu/pack (if rebuilt for this stack), .ab (`python -m shared.bench.ab prepare
 # --base main --group layernorm`) and .peers/vllm_fused_moe.
 # The tests run one pytest process after another: eight processes sharing the GPU at once made
@@ -11,6 +13,21 @@ set -uo pipefail
 : "${OUT:?the device tool sets OUT}"
 export OUT
 export KERNELS_COMMIT=${KERNELS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+if [ "${1:-}" = tune ]; then
+  # The buckets that matter first (an interrupted run keeps the finished ones); the table goes
+  # into the package's configs/ once it is back.
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
+  export PYTHONPATH=$(ls -d "$PWD"/packages/*/src | tr '\n' ':')/tmp/site:$PWD
+  mkdir -p "$OUT/t"
+  name=$(python3 -c "import torch; print(torch.cuda.get_device_name().replace(' ', '_'))")
+  table="$OUT/t/fused_moe_$name.json"
+  tokens="64 256 1024 16 4096 1 128 512 2048 32 8192 2 4 8 16384"
+  timeout -s INT 270 python3 -m kernels_moe.tune_fused_moe --experts 8 --topk 2 --hidden 4096 \
+    --intermediate 14336 --tokens $tokens --out "$table" 2>&1 | grep -v "━" | tail -5
+  timeout -s INT 270 python3 -m kernels_moe.tune_fused_moe --experts 256 --topk 8 --hidden 7168 \
+    --intermediate 2048 --tokens $tokens --out "$table" 2>&1 | grep -v "━" | tail -5
+  exit 0
+fi
 # 16: fused_moe beside vLLM's Triton kernel (on an H100: the H200 table standing in)
 export BENCH=moe BENCH_OPS=fused_moe STATIC_COMPILE=none BENCH_TIMEOUT=120
 # the two misses to look into next (ncu: bandwidth, occupancy, stalls)
