@@ -30,8 +30,9 @@ if [ "${1:-}" = tune ]; then
 fi
 # 16: fused_moe beside vLLM's Triton kernel (on an H100: the H200 table standing in)
 export BENCH=moe BENCH_OPS=fused_moe STATIC_COMPILE=none BENCH_TIMEOUT=120
-# the two misses to look into next (ncu: bandwidth, occupancy, stalls)
-export PROFILE="sampling:min_p_renorm_probs:1,128256:float32 layernorm:fused_add_rmsnorm:64,8192:bfloat16"
+# the three misses to look into next (ncu: bandwidth, occupancy, stalls)
+export PROFILE="sampling:min_p_renorm_probs:1,128256:float32 layernorm:fused_add_rmsnorm:64,8192:bfloat16 \
+  layernorm:layernorm:8192,4096:bfloat16"
 # 02: layernorm fp16 tests and A/B against main; 15: fused_a's tests under the new default and
 # its switches; 16: fused_moe's GPU tests
 export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q -p no:cacheprovider \
