@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The pending patches' device calls (README.md), on the GPU machine from the repository root of
-# wip/pending (main + docs/pending/*.mbox):
-#   bash docs/pending/calls.sh        # tests, A/B, bench, profiles: $OUT/t/r.tgz (results + log)
+# wip/pending (main + docs/pending/*.mbox); each writes $OUT/t/r.tgz (results + session.log):
+#   bash docs/pending/calls.sh tests  # 02 + 17 layernorm (every dtype), 15 fused_a and its
+#                                     # switches, 16 fused_moe: GPU tests; layernorm A/B bf16, fp16
+#   bash docs/pending/calls.sh bench  # fused_a's switches timed, fused_moe beside vLLM's Triton
+#                                     # kernel, ncu profiles of three misses
 #   bash docs/pending/calls.sh tune   # on a GPU without a fused_moe table (an H100): tunes the two
 #                                     # model shapes into $OUT/t/fused_moe_<device>.json (~8 min)
-# carry: .whl, .gpu/pack (if rebuilt for this stack), .ab (`python -m shared.bench.ab prepare
-# --base main --group layernorm`) and .peers/vllm_fused_moe.
+# carry: .whl; .gpu/pack (if rebuilt for this stack); .ab for tests (`python -m shared.bench.ab
+# prepare --base main --group layernorm`); .peers/vllm_fused_moe for bench.
 # The tests run one pytest process after another: eight processes sharing the GPU at once made
 # each test 10-50x slower on 2026-12-05. CALL_LIMIT (s, default 560) bounds the session so that its
 # results are packed within the device tool's limit.
@@ -13,40 +16,48 @@ set -uo pipefail
 : "${OUT:?the device tool sets OUT}"
 export OUT
 export KERNELS_COMMIT=${KERNELS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-if [ "${1:-}" = tune ]; then
-  # The buckets that matter first (an interrupted run keeps the finished ones); the table goes
-  # into the package's configs/ once it is back.
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-  export PYTHONPATH=$(ls -d "$PWD"/packages/*/src | tr '\n' ':')/tmp/site:$PWD
-  mkdir -p "$OUT/t"
-  name=$(python3 -c "import torch; print(torch.cuda.get_device_name().replace(' ', '_'))")
-  table="$OUT/t/fused_moe_$name.json"
-  tokens="64 256 1024 16 4096 1 128 512 2048 32 8192 2 4 8 16384"
-  timeout -s INT 270 python3 -m kernels_moe.tune_fused_moe --experts 8 --topk 2 --hidden 4096 \
-    --intermediate 14336 --tokens $tokens --out "$table" 2>&1 | grep -v "━" | tail -5
-  timeout -s INT 270 python3 -m kernels_moe.tune_fused_moe --experts 256 --topk 8 --hidden 7168 \
-    --intermediate 2048 --tokens $tokens --out "$table" 2>&1 | grep -v "━" | tail -5
-  exit 0
-fi
-# 16: fused_moe beside vLLM's Triton kernel (on an H100: the H200 table standing in)
-export BENCH=moe BENCH_OPS=fused_moe STATIC_COMPILE=none BENCH_TIMEOUT=120
-# the three misses to look into next (ncu: bandwidth, occupancy, stalls)
-export PROFILE="sampling:min_p_renorm_probs:1,128256:float32 layernorm:fused_add_rmsnorm:64,8192:bfloat16 \
-  layernorm:layernorm:8192,4096:bfloat16"
-# 02: layernorm fp16 tests and A/B against main; 15: fused_a's tests under the new default and
-# its switches; 16: fused_moe's GPU tests
-export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q -p no:cacheprovider \
-    --timeout 200 2>&1 | tail -4; }
-t 150 tests/layernorm/test_layernorm.py -k "float16 and not compile and (fp32_weight or layouts or matches_reference)"
+case "${1:-}" in
+  tune)
+    # The buckets that matter first (an interrupted run keeps the finished ones); the table goes
+    # into the package's configs/ once it is back.
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
+    export PYTHONPATH=$(ls -d "$PWD"/packages/*/src | tr '\n' ':')/tmp/site:$PWD
+    mkdir -p "$OUT/t"
+    name=$(python3 -c "import torch; print(torch.cuda.get_device_name().replace(' ', '_'))")
+    table="$OUT/t/fused_moe_$name.json"
+    tokens="64 256 1024 16 4096 1 128 512 2048 32 8192 2 4 8 16384"
+    timeout -s INT 270 python3 -m kernels_moe.tune_fused_moe --experts 8 --topk 2 --hidden 4096 \
+      --intermediate 14336 --tokens $tokens --out "$table" 2>&1 | grep -v "━" | tail -5
+    timeout -s INT 270 python3 -m kernels_moe.tune_fused_moe --experts 256 --topk 8 --hidden 7168 \
+      --intermediate 2048 --tokens $tokens --out "$table" 2>&1 | grep -v "━" | tail -5
+    exit 0
+    ;;
+  tests)
+    export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q \
+        -p no:cacheprovider --timeout 200 2>&1 | tail -4; }
+t 200 tests/layernorm/test_layernorm.py -k "not compile and (fp32_weight or layouts or matches_reference)"
 t 100 tests/gemm/test_dsv3_fused_a_gemm.py tests/gemm/test_small_m_switches.py -k "not compile"
 t 60 tests/moe/test_fused_moe.py -k "not compile"
-KERNELS_BENCH_DTYPE=float16 timeout -s INT 80 python3 -m shared.bench.ab run --group layernorm --op layernorm
-timeout -s INT 60 python3 -m shared.bench.switches --group gemm --op dsv3_fused_a_gemm \
-  --setting old:_RING_MAX_M=0,_CLUSTER_PUSH=False,_WEIGHT_FIRST=False'
+timeout -s INT 60 python3 -m shared.bench.ab run --group layernorm --op layernorm
+KERNELS_BENCH_DTYPE=float16 timeout -s INT 60 python3 -m shared.bench.ab run --group layernorm \
+  --op layernorm'
+    ;;
+  bench)
+    export BENCH=moe BENCH_OPS=fused_moe STATIC_COMPILE=none BENCH_TIMEOUT=150
+    export PROFILE="sampling:min_p_renorm_probs:1,128256:float32 \
+      layernorm:fused_add_rmsnorm:64,8192:bfloat16 layernorm:layernorm:8192,4096:bfloat16"
+    export RUN='timeout -s INT 90 python3 -m shared.bench.switches --group gemm \
+  --op dsv3_fused_a_gemm --setting old:_RING_MAX_M=0,_CLUSTER_PUSH=False,_WEIGHT_FIRST=False'
+    ;;
+  *)
+    echo "calls.sh: tests, bench or tune" >&2
+    exit 2
+    ;;
+esac
 timeout -k 10 -s INT "${CALL_LIMIT:-560}" bash shared/bench/gpu_session.sh >"$OUT/session.log" 2>&1
 status=$?
 mkdir -p "$OUT/t"
 tar czf "$OUT/t/r.tgz" -C "$OUT" results session.log 2>/dev/null
 rm -rf "$OUT/results" "$OUT/session.log" "$OUT/results.tar.gz"
-echo "pending call: gpu_session exit $status"
+echo "pending call $1: gpu_session exit $status"
 exit $status
