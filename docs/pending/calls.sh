@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The pending patches' device calls (README.md), on the GPU machine from the repository root of
 # wip/pending (main + docs/pending/*.mbox); each writes $OUT/t/r.tgz (results + session.log):
-#   bash docs/pending/calls.sh tests  # 02 + 17 layernorm (every dtype), 15 fused_a and its
-#                                     # switches, 16 fused_moe: GPU tests; layernorm A/B bf16, fp16
+#   bash docs/pending/calls.sh tests  # 02 + 17 layernorm and rmsnorm, 15 fused_a and its switches,
+#                                     # 16 fused_moe: GPU tests; the norms' A/B in bf16, fp16
 #   bash docs/pending/calls.sh bench  # fused_a's switches timed, fused_moe beside vLLM's Triton
 #                                     # kernel, ncu profiles of three misses
 #   bash docs/pending/calls.sh tune   # on a GPU without a fused_moe table (an H100): tunes the two
@@ -35,10 +35,12 @@ case "${1:-}" in
   tests)
     export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q \
         -p no:cacheprovider --timeout 200 2>&1 | tail -4; }
-t 200 tests/layernorm/test_layernorm.py -k "not compile and (fp32_weight or layouts or matches_reference)"
-t 100 tests/gemm/test_dsv3_fused_a_gemm.py tests/gemm/test_small_m_switches.py -k "not compile"
-t 60 tests/moe/test_fused_moe.py -k "not compile"
-timeout -s INT 60 python3 -m shared.bench.ab run --group layernorm --op layernorm
+t 150 tests/layernorm/test_layernorm.py -k "not compile and (fp32_weight or layouts or matches_reference)"
+t 100 tests/layernorm/test_rmsnorm.py -k "not compile and (1000x or layouts or graph or pdl)"
+t 90 tests/gemm/test_dsv3_fused_a_gemm.py tests/gemm/test_small_m_switches.py -k "not compile"
+t 50 tests/moe/test_fused_moe.py -k "not compile"
+timeout -s INT 90 python3 -m shared.bench.ab run --group layernorm --op layernorm --op rmsnorm \
+  --op fused_add_rmsnorm
 KERNELS_BENCH_DTYPE=float16 timeout -s INT 60 python3 -m shared.bench.ab run --group layernorm \
   --op layernorm'
     ;;
