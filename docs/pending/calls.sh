@@ -4,7 +4,7 @@
 #   bash docs/pending/calls.sh tests  # 02 + 17 layernorm and rmsnorm, 15 fused_a and its switches,
 #                                     # 16 fused_moe: GPU tests; the norms' A/B in bf16, fp16
 #   bash docs/pending/calls.sh bench  # fused_a's switches timed, fused_moe beside vLLM's Triton
-#                                     # kernel, ncu profiles of three misses
+#                                     # kernel, ncu profiles of four misses
 #   bash docs/pending/calls.sh tune   # on a GPU without a fused_moe table (an H100): tunes the two
 #                                     # model shapes into $OUT/t/fused_moe_<device>.json (~8 min)
 # carry: .whl; .gpu/pack (if rebuilt for this stack); .ab for tests (`python -m shared.bench.ab
@@ -47,7 +47,8 @@ KERNELS_BENCH_DTYPE=float16 timeout -s INT 60 python3 -m shared.bench.ab run --g
   bench)
     export BENCH=moe BENCH_OPS=fused_moe STATIC_COMPILE=none BENCH_TIMEOUT=150
     export PROFILE="sampling:min_p_renorm_probs:1,128256:float32 \
-      layernorm:fused_add_rmsnorm:64,8192:bfloat16 layernorm:layernorm:8192,4096:bfloat16"
+      layernorm:fused_add_rmsnorm:64,8192:bfloat16 layernorm:layernorm:8192,4096:bfloat16 \
+      diffusion:layernorm_scale_shift:1,32760,3072:bfloat16"
     export RUN='timeout -s INT 90 python3 -m shared.bench.switches --group gemm \
   --op dsv3_fused_a_gemm --setting old:_RING_MAX_M=0,_CLUSTER_PUSH=False,_WEIGHT_FIRST=False'
     ;;
