@@ -6,7 +6,7 @@
 #   bash docs/pending/calls.sh bench  # fused_a's switches timed, fused_moe beside vLLM's Triton
 #                                     # kernel, ncu profiles of four misses
 #   bash docs/pending/calls.sh tune   # on a GPU without a fused_moe table (an H100): tunes the two
-#                                     # model shapes into $OUT/t/fused_moe_<device>.json (~8 min)
+#                                     # model shapes into results/fused_moe_<device>.json (~8 min)
 # carry: .whl; .gpu/pack (if rebuilt for this stack); .ab for tests (`python -m shared.bench.ab
 # prepare --base main --group layernorm`); .peers/vllm_fused_moe for bench.
 # The tests run one pytest process after another: eight processes sharing the GPU at once made
@@ -18,19 +18,16 @@ export OUT
 export KERNELS_COMMIT=${KERNELS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 case "${1:-}" in
   tune)
-    # The buckets that matter first (an interrupted run keeps the finished ones); the table goes
-    # into the package's configs/ once it is back.
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-    export PYTHONPATH=$(ls -d "$PWD"/packages/*/src | tr '\n' ':')/tmp/site:$PWD
-    mkdir -p "$OUT/t"
-    name=$(python3 -c "import torch; print(torch.cuda.get_device_name().replace(' ', '_'))")
-    table="$OUT/t/fused_moe_$name.json"
-    tokens="64 256 1024 16 4096 1 128 512 2048 32 8192 2 4 8 16384"
-    timeout -s INT 270 python3 -m kernels_moe.tune_fused_moe --experts 8 --topk 2 --hidden 4096 \
-      --intermediate 14336 --tokens $tokens --out "$table" 2>&1 | grep -v "━" | tail -5
-    timeout -s INT 270 python3 -m kernels_moe.tune_fused_moe --experts 256 --topk 8 --hidden 7168 \
-      --intermediate 2048 --tokens $tokens --out "$table" 2>&1 | grep -v "━" | tail -5
-    exit 0
+    # The buckets that matter first (an interrupted run keeps the finished ones), in
+    # gpu_session.sh's environment (wheels, PYTHONPATH, module cache); the table comes back in
+    # r.tgz and goes into the package's configs/.
+    export RUN='name=$(python3 -c "import torch; print(torch.cuda.get_device_name().replace(\" \", \"_\"))")
+table="$OUT/results/fused_moe_$name.json"
+tokens="64 256 1024 16 4096 1 128 512 2048 32 8192 2 4 8 16384"
+timeout -s INT 250 python3 -m kernels_moe.tune_fused_moe --experts 8 --topk 2 --hidden 4096 \
+  --intermediate 14336 --tokens $tokens --out "$table" 2>&1 | grep -v "━" | tail -5
+timeout -s INT 250 python3 -m kernels_moe.tune_fused_moe --experts 256 --topk 8 --hidden 7168 \
+  --intermediate 2048 --tokens $tokens --out "$table" 2>&1 | grep -v "━" | tail -5'
     ;;
   tests)
     export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q \
