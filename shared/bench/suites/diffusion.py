@@ -61,21 +61,27 @@ def residual_gate_add_cases(quick: bool) -> Iterator[Case]:
 
 
 def layernorm_scale_shift_cases(quick: bool) -> Iterator[Case]:
-    for b, l, h in MODULATION_SHAPES:
-        if quick and l == 4096:
+    # Per sample ([B, H], as DiT blocks pass them) at every shape; per token ([B, L, H]) at a shape
+    # of its own (records are keyed by op, shape and dtype) where the 8-vector kernel runs.
+    layouts = [(shape, False) for shape in MODULATION_SHAPES] + [((1, 16384, 3072), True)]
+    for (b, l, h), per_token in layouts:
+        if quick and (l == 4096 or per_token):
             continue
+        rows = l if per_token else 1
 
-        def make(b=b, l=l, h=h):
+        def make(b=b, l=l, h=h, per_token=per_token):
             x = torch.randn(b, l, h, device="cuda").to(DTYPE)
-            scale = (0.1 * torch.randn(b, h, device="cuda")).to(DTYPE)
-            shift = torch.randn(b, h, device="cuda").to(DTYPE)
+            mod = (b, l, h) if per_token else (b, h)
+            scale = (0.1 * torch.randn(*mod, device="cuda")).to(DTYPE)
+            shift = torch.randn(*mod, device="cuda").to(DTYPE)
             return {"x": x, "scale": scale, "shift": shift}
 
         yield Case(
             op="layernorm_scale_shift",
             shape=[b, l, h],
             dtype=DTYPE,
-            bytes=(2 * b * l * h + 2 * b * h) * DTYPE.itemsize,  # read x, scale, shift; write out
+            # read x, scale, shift; write out
+            bytes=(2 * b * l * h + 2 * b * rows * h) * DTYPE.itemsize,
             make_inputs=make,
             impls={
                 "cuda": lambda s: diffusion.layernorm_scale_shift(
@@ -90,7 +96,7 @@ def layernorm_scale_shift_cases(quick: bool) -> Iterator[Case]:
                     lambda f, s: f(s["x"], s["scale"], s["shift"]),
                 ),
             },
-            note="scale/shift [B, H], no affine",
+            note=f"scale/shift {'[B, L, H]' if per_token else '[B, H]'}, no affine",
         )
 
 
