@@ -25,9 +25,10 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(5);
+KERNELS_REQUIRE_HEADERS_API(9);
 
 #include <kernels/activation_math.cuh>
+#include <kernels/bulk.cuh>
 #include <kernels/checks.h>
 #include <kernels/cuda_dtype.cuh>
 #include <kernels/dtype.h>
@@ -445,18 +446,6 @@ struct Stream {
   uint32_t groups;  // N x G (the ticket counter is counters[groups])
 };
 
-__device__ __forceinline__ uint64_t l2_policy_evict_last() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-__device__ __forceinline__ uint64_t l2_policy_evict_first() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
 // A pack of x (read-only for the whole kernel) through the non-coherent path, not kept in L1,
 // with an L2 eviction policy; scalars take a plain load.
 template <typename T, int W>
@@ -523,7 +512,7 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
     const T* gx = x + base;
     const uint32_t begin = in_group * kStreamTile;
     kernels::Pack<T, W> v[kStreamPacks];
-    const uint64_t policy = norm ? l2_policy_evict_first() : l2_policy_evict_last();
+    const uint64_t policy = norm ? kernels::l2_evict_first() : kernels::l2_evict_last();
     load_tile<kStreamThreads>(v, gx, p, begin, [policy](kernels::Pack<T, W>& pack, const T* at) {
       load_hinted(pack, at, policy);
     });

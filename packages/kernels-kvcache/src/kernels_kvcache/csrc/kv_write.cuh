@@ -25,10 +25,11 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(2);
+KERNELS_REQUIRE_HEADERS_API(9);
 
 #include <cuda_fp8.h>
 
+#include <kernels/bulk.cuh>
 #include <kernels/checks.h>
 #include <kernels/dtype.h>
 #include <kernels/launch.cuh>
@@ -263,78 +264,12 @@ struct BulkParams {
   int stages = 0;            // kBulkMinStages..kBulkMaxStages
 };
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void bulk_mbarrier_init(uint32_t bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-#endif
-}
-
-__device__ __forceinline__ void bulk_mbarrier_expect(uint32_t bar, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-#endif
-}
-
-__device__ __forceinline__ void bulk_mbarrier_wait(uint32_t bar, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n"
-      "}" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-#endif
-}
-
-// Global -> shared (bytes a multiple of 16, both addresses 16-byte aligned), completing on bar.
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes,
-                                          uint32_t bar, uint64_t policy) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-      : "memory");
-#endif
-}
-
-// Shared -> global, in this thread's current bulk group.
-__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src),
-               "r"(bytes)
-               : "memory");
-#endif
-}
-
-__device__ __forceinline__ void bulk_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-#endif
-}
-
-// Until at most kN of this thread's bulk groups may still read their shared memory.
-template <int kN>
-__device__ __forceinline__ void bulk_wait_read() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kN) : "memory");
-#endif
-}
-
 // Token `token`'s runs into the stage at `stage` (lane r issues runs r, r + 32, ...): lane 0 arms
 // the stage's mbarrier with the row's bytes first.
 __device__ __forceinline__ void bulk_issue_loads(const BulkParams& p, int64_t token,
                                                  uint32_t stage, uint32_t bar, uint32_t lane,
                                                  uint64_t policy) {
-  if (lane == 0) bulk_mbarrier_expect(bar, p.row_bytes);
+  if (lane == 0) kernels::mbarrier_expect_tx(bar, p.row_bytes);
   __syncwarp();
   const uint32_t runs = p.a.src_runs + p.b.src_runs;
   for (uint32_t r = lane; r < runs; r += 32) {
@@ -345,7 +280,7 @@ __device__ __forceinline__ void bulk_issue_loads(const BulkParams& p, int64_t to
     const int64_t run = second ? p.b.src_run : p.a.src_run;
     const uint32_t bytes = second ? p.b.src_bytes : p.a.src_bytes;
     const uint32_t offset = second ? p.b.offset : p.a.offset;
-    bulk_load(stage + offset + k * bytes, base + token * tok + k * run, bytes, bar, policy);
+    kernels::bulk_load(stage + offset + k * bytes, base + token * tok + k * run, bytes, bar, policy);
   }
 }
 
@@ -362,7 +297,7 @@ __device__ __forceinline__ void bulk_issue_stores(const BulkParams& p, int64_t b
     const int64_t run = second ? p.b.dst_run : p.a.dst_run;
     const uint32_t bytes = second ? p.b.dst_bytes : p.a.dst_bytes;
     const uint32_t at = second ? p.b.offset : p.a.offset;
-    bulk_store(base + block * blk + offset * tok + k * run, stage + at + k * bytes, bytes);
+    kernels::bulk_store(base + block * blk + offset * tok + k * run, stage + at + k * bytes, bytes);
   }
 }
 
@@ -371,20 +306,15 @@ __global__ void __launch_bounds__(32)
     bulk_rows_kernel(bool pdl, const __grid_constant__ BulkParams p) {
   extern __shared__ __align__(128) unsigned char bulk_smem[];
   const uint32_t lane = threadIdx.x;
-  const uint32_t bars = smem_addr(bulk_smem);
+  const uint32_t bars = kernels::shared_address(bulk_smem);
   const uint32_t stages = bars + kBulkBarBytes;
   const int S = p.stages;
   const int64_t t0 = p.tokens * blockIdx.x / gridDim.x;
   const int64_t n = p.tokens * (blockIdx.x + 1) / gridDim.x - t0;
-  if (lane < static_cast<uint32_t>(S)) bulk_mbarrier_init(bars + 8 * lane);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the copies
-#endif
+  if (lane < static_cast<uint32_t>(S)) kernels::mbarrier_init(bars + 8 * lane);
+  kernels::mbarrier_init_fence();  // visible to the copies
   __syncwarp();
-  uint64_t policy = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-#endif
+  const uint64_t policy = kernels::l2_evict_first();
   if (pdl) kernels::pdl_wait();
   const Idx* slots = static_cast<const Idx*>(p.slots) + t0;
   const auto slot_at = [&](int64_t i) -> int64_t {
@@ -408,7 +338,7 @@ __global__ void __launch_bounds__(32)
     // kBulkLag - 1 of them may still be pending.
     const int64_t j = i - kBulkLag + S;
     if (i >= kBulkLag && j < n) {
-      bulk_wait_read<kBulkLag - 1>();
+      kernels::bulk_wait_read<kBulkLag - 1>();
       __syncwarp();
       const int r = s >= kBulkLag ? s - kBulkLag : s - kBulkLag + S;
       bulk_issue_loads(p, t0 + j, stages + static_cast<uint32_t>(r) * p.stage_bytes,
@@ -419,19 +349,19 @@ __global__ void __launch_bounds__(32)
     // The stage's bytes, written by the async proxy, are read by the async proxy next: no proxy
     // fence (fence.proxy.async compiles to MEMBAR.ALL.CTA; DeepEP's TMA load -> store copies
     // go without one too).
-    bulk_mbarrier_wait(bars + 8 * static_cast<uint32_t>(s), parity);
+    kernels::mbarrier_wait(bars + 8 * static_cast<uint32_t>(s), parity);
     if (p.map.kept(slot)) {
       int64_t block, offset;
       p.map.place(slot, block, offset);
       bulk_issue_stores(p, block, offset, stage, lane);
     }
-    bulk_commit();  // every iteration, empty or not: the groups count tokens
+    kernels::bulk_commit();  // every iteration, empty or not: the groups count tokens
     if (++s == S) {
       s = 0;
       parity ^= 1u;
     }
   }
-  bulk_wait_read<0>();  // the stages stay valid until the last stores have read them
+  kernels::bulk_wait_read<0>();  // the stages stay valid until the last stores have read them
 }
 
 // ------------------------------------------------------------------------------------------------

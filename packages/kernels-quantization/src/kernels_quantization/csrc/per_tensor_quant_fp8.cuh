@@ -64,8 +64,9 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(7);
+KERNELS_REQUIRE_HEADERS_API(9);
 
+#include <kernels/bulk.cuh>
 #include <kernels/checks.h>
 #include <kernels/cluster.cuh>
 #include <kernels/dtype.h>
@@ -427,46 +428,6 @@ inline bool launch_cooperative(const kernels::Launch& ctx, const View& v, float*
   return true;
 }
 
-// The shared-memory address of p (for the mbarrier and bulk-copy operands).
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// One mbarrier (one arrival: the thread that starts the bulk copies) and its transaction bytes.
-__device__ __forceinline__ void mbarrier_init_expect(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the copies
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-               :
-               : "r"(shared_address(bar)), "r"(bytes)
-               : "memory");
-}
-
-// Global -> shared bulk copy (TMA; bytes a multiple of 16, both addresses 16-byte aligned),
-// completing on bar; L2 evict-first: the copied lines are not read again.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes,
-                                          uint64_t* bar) {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1], %2, [%3], %4;" ::"r"(shared_address(dst)),
-      "l"(src), "r"(bytes), "r"(shared_address(bar)), "l"(policy)
-      : "memory");
-}
-
-// Waits for phase 0 of bar (the bulk copies' bytes all arrived).
-__device__ __forceinline__ void mbarrier_wait_phase0(uint64_t* bar) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
-      "@!done bra WAIT_%=;\n"
-      "}" ::"r"(shared_address(bar))
-      : "memory");
-}
-
 // Dynamic, large, flat vectors (the header's resident steps 1-3): CTA b of G holds chunk b
 // (per_cta vectors, per_cta * 16 bytes of dynamic shared memory) of the resident part
 // R = G * per_cta < items; the rest N = [R, items) is swept in chunks of kResidentBlock *
@@ -489,11 +450,15 @@ __global__ void __launch_bounds__(kResidentBlock, 1)
   // 1. The chunk's bulk copies in flight while the CTA sweeps its share of N.
   if (threadIdx.x == 0) {
     const uint32_t bytes = static_cast<uint32_t>(per_cta) * 16u;
-    mbarrier_init_expect(&filled, bytes);
+    const uint32_t bar = kernels::shared_address(&filled);
+    kernels::mbarrier_init(bar);
+    kernels::mbarrier_init_fence();  // visible to the copies
+    kernels::mbarrier_expect_tx(bar, bytes);
     const char* src = reinterpret_cast<const char*>(x + own * kN);
-    char* dst = reinterpret_cast<char*>(resident);
+    const uint32_t dst = kernels::shared_address(resident);
+    // L2 evict-first: the copied lines are not read again.
     for (uint32_t b = 0; b < bytes; b += kResidentPiece)
-      bulk_load(dst + b, src + b, kResidentPiece, &filled);
+      kernels::bulk_load(dst + b, src + b, kResidentPiece, bar, kernels::l2_evict_first());
     if (blockIdx.x == 0) scratch[grid] = 0u;  // the count, before the barrier
   }
   uint32_t m = 0;
@@ -510,7 +475,7 @@ __global__ void __launch_bounds__(kResidentBlock, 1)
   const float t = has_tail ? tail_value<T, kN>(v) : 0.0f;
   m = max(m, quant::abs_bits(t));
   __syncthreads();  // the mbarrier's initialization, before any thread waits on it
-  mbarrier_wait_phase0(&filled);
+  kernels::mbarrier_wait(kernels::shared_address(&filled), 0);  // the bulk copies' bytes
 #pragma unroll 2
   for (int j = threadIdx.x; j < per_cta; j += kResidentBlock) {
     P p;

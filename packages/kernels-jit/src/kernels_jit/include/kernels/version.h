@@ -17,10 +17,13 @@
 // two halves: kernels::cluster_arrive_relaxed, cluster_arrive, cluster_wait). 8: split rows in
 // the row engine (rowwise::RowShape::split and slice, RowOp::kSplitRows, row_split, plan_split,
 // Plan::split and slice; row_registers's kSplit); cluster.cuh's push exchange
-// (kernels::push_barrier_init, cluster_push, push_barrier_wait).
+// (kernels::push_barrier_init, cluster_push, push_barrier_wait). 9: kernels/bulk.cuh (TMA bulk
+// copies, their mbarriers and L2 policies: kernels::shared_address, l2_evict_first,
+// l2_evict_last, mbarrier_init, mbarrier_init_fence, mbarrier_expect_tx, mbarrier_wait,
+// bulk_load, bulk_store, bulk_commit, bulk_wait_read).
 #pragma once
 
-#define KERNELS_HEADERS_API 8
+#define KERNELS_HEADERS_API 9
 
 #define KERNELS_STRINGIFY_(x) #x
 #define KERNELS_STRINGIFY(x) KERNELS_STRINGIFY_(x)
