@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The pending patches' device calls (README.md), on the GPU machine from the repository root of
 # wip/pending (main + docs/pending/*.mbox); each writes $OUT/t/r.tgz (results + session.log):
-#   bash docs/pending/calls.sh tests  # 02 + 17 layernorm and rmsnorm, 15 fused_a and its switches,
-#                                     # 16 fused_moe: GPU tests; the norms' A/B in bf16, fp16
-#   bash docs/pending/calls.sh bench  # fused_a's switches timed, fused_moe beside vLLM's Triton
-#                                     # kernel, ncu profiles of four misses
+#   bash docs/pending/calls.sh tests  # GPU tests of 02 + 17 (layernorm, rmsnorm), 15 (fused_a and
+#                                     # its switches), 16 (fused_moe), 18 (layernorm_scale_shift),
+#                                     # 19 (group_norm_silu's staged kernel); the A/B of the norms
+#                                     # in bf16 and fp16 and of layernorm_scale_shift
+#   bash docs/pending/calls.sh bench  # fused_a's and group_norm_silu's switches timed (19's staged
+#                                     # kernel, the streamed lag), fused_moe beside vLLM's Triton
+#                                     # kernel, ncu profiles of five misses
 #   bash docs/pending/calls.sh tune   # on a GPU without a fused_moe table (an H100): tunes the two
 #                                     # model shapes into results/fused_moe_<device>.json (~8 min)
 # carry: .whl; .gpu/pack (if rebuilt for this stack); .ab for tests (`python -m shared.bench.ab
-# prepare --base main --group layernorm`); .peers/vllm_fused_moe for bench.
+# prepare --base main --group layernorm --group diffusion`); .peers/vllm_fused_moe for bench.
 # The tests run one pytest process after another: eight processes sharing the GPU at once made
 # each test 10-50x slower on 2026-12-05. CALL_LIMIT (s, default 560) bounds the session so that its
 # results are packed within the device tool's limit.
@@ -36,8 +39,11 @@ t 150 tests/layernorm/test_layernorm.py -k "not compile and (fp32_weight or layo
 t 100 tests/layernorm/test_rmsnorm.py -k "not compile and (1000x or layouts or graph or pdl)"
 t 90 tests/gemm/test_dsv3_fused_a_gemm.py tests/gemm/test_small_m_switches.py -k "not compile"
 t 50 tests/moe/test_fused_moe.py -k "not compile"
+t 60 tests/diffusion/test_cuda_backends.py -k "layernorm_scale_shift or graph"
+t 90 tests/diffusion/test_group_norm_silu.py -k "staged"
 timeout -s INT 90 python3 -m shared.bench.ab run --group layernorm --op layernorm --op rmsnorm \
   --op fused_add_rmsnorm
+timeout -s INT 45 python3 -m shared.bench.ab run --group diffusion --op layernorm_scale_shift
 KERNELS_BENCH_DTYPE=float16 timeout -s INT 60 python3 -m shared.bench.ab run --group layernorm \
   --op layernorm'
     ;;
@@ -45,9 +51,13 @@ KERNELS_BENCH_DTYPE=float16 timeout -s INT 60 python3 -m shared.bench.ab run --g
     export BENCH=moe BENCH_OPS=fused_moe STATIC_COMPILE=none BENCH_TIMEOUT=150
     export PROFILE="sampling:min_p_renorm_probs:1,128256:float32 \
       layernorm:fused_add_rmsnorm:64,8192:bfloat16 layernorm:layernorm:8192,4096:bfloat16 \
-      diffusion:layernorm_scale_shift:1,32760,3072:bfloat16"
+      diffusion:layernorm_scale_shift:1,32760,3072:bfloat16 \
+      diffusion:group_norm_silu:1,128,20,256,256:bfloat16"
     export RUN='timeout -s INT 90 python3 -m shared.bench.switches --group gemm \
-  --op dsv3_fused_a_gemm --setting old:_RING_MAX_M=0,_CLUSTER_PUSH=False,_WEIGHT_FIRST=False'
+  --op dsv3_fused_a_gemm --setting old:_RING_MAX_M=0,_CLUSTER_PUSH=False,_WEIGHT_FIRST=False
+timeout -s INT 90 python3 -m shared.bench.switches --group diffusion --op group_norm_silu \
+  --setting staged:_STAGED_MIN_BYTES=0 --setting lag0:_STREAM_LAG_EIGHTHS=0 \
+  --setting lag8:_STREAM_LAG_EIGHTHS=8 --setting twopass:_STREAM_MIN_BYTES=-1'
     ;;
   *)
     echo "calls.sh: tests, bench or tune" >&2
