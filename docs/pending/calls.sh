@@ -3,15 +3,17 @@
 # wip/pending (main + docs/pending/*.mbox); each writes $OUT/t/r.tgz (results + session.log):
 #   bash docs/pending/calls.sh tests  # GPU tests of 02 + 17 (layernorm, rmsnorm), 15 (fused_a and
 #                                     # its switches), 16 (fused_moe), 18 (layernorm_scale_shift),
-#                                     # 19 (group_norm_silu's staged kernel); the A/B of the norms
-#                                     # in bf16 and fp16 and of layernorm_scale_shift
+#                                     # 19 (group_norm_silu's staged kernel), 20 (alloc_decode); the
+#                                     # A/B of the norms in bf16 and fp16, of layernorm_scale_shift
+#                                     # and of alloc_decode
 #   bash docs/pending/calls.sh bench  # fused_a's and group_norm_silu's switches timed (19's staged
 #                                     # kernel, the streamed lag), fused_moe beside vLLM's Triton
 #                                     # kernel, ncu profiles of five misses
 #   bash docs/pending/calls.sh tune   # on a GPU without a fused_moe table (an H100): tunes the two
 #                                     # model shapes into results/fused_moe_<device>.json (~8 min)
 # carry: .whl; .gpu/pack (if rebuilt for this stack); .ab for tests (`python -m shared.bench.ab
-# prepare --base main --group layernorm --group diffusion`); .peers/vllm_fused_moe for bench.
+# prepare --base main --group layernorm --group diffusion --group memory`); .peers/vllm_fused_moe
+# for bench.
 # The tests run one pytest process after another: eight processes sharing the GPU at once made
 # each test 10-50x slower on 2026-12-05. CALL_LIMIT (s, default 560) bounds the session so that its
 # results are packed within the device tool's limit.
@@ -41,9 +43,11 @@ t 90 tests/gemm/test_dsv3_fused_a_gemm.py tests/gemm/test_small_m_switches.py -k
 t 50 tests/moe/test_fused_moe.py -k "not compile"
 t 60 tests/diffusion/test_cuda_backends.py -k "layernorm_scale_shift or graph"
 t 90 tests/diffusion/test_group_norm_silu.py -k "staged"
+t 40 tests/memory/test_alloc.py -k "cuda"
 timeout -s INT 90 python3 -m shared.bench.ab run --group layernorm --op layernorm --op rmsnorm \
   --op fused_add_rmsnorm
 timeout -s INT 45 python3 -m shared.bench.ab run --group diffusion --op layernorm_scale_shift
+timeout -s INT 30 python3 -m shared.bench.ab run --group memory --op alloc_decode
 KERNELS_BENCH_DTYPE=float16 timeout -s INT 60 python3 -m shared.bench.ab run --group layernorm \
   --op layernorm'
     ;;
