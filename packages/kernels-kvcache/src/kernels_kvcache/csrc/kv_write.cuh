@@ -280,7 +280,8 @@ __device__ __forceinline__ void bulk_issue_loads(const BulkParams& p, int64_t to
     const int64_t run = second ? p.b.src_run : p.a.src_run;
     const uint32_t bytes = second ? p.b.src_bytes : p.a.src_bytes;
     const uint32_t offset = second ? p.b.offset : p.a.offset;
-    kernels::bulk_load(stage + offset + k * bytes, base + token * tok + k * run, bytes, bar, policy);
+    kernels::bulk_load(stage + offset + k * bytes, base + token * tok + k * run, bytes, bar,
+                       policy);
   }
 }
 
