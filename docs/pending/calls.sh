@@ -3,15 +3,15 @@
 # wip/pending (main + docs/pending/*.mbox); each writes $OUT/t/r.tgz (results + session.log):
 #   bash docs/pending/calls.sh tests  # GPU tests of 02 + 17 (layernorm, rmsnorm), 15 (fused_a and
 #                                     # its switches), 16 (fused_moe), 18 (layernorm_scale_shift),
-#                                     # 19 (group_norm_silu's staged kernel), 20 (alloc_decode); the
-#                                     # A/B of the norms in bf16 and fp16, of layernorm_scale_shift
-#                                     # and of alloc_decode
+#                                     # 19 (group_norm_silu's staged kernel), 20 (alloc_decode)
+#   bash docs/pending/calls.sh ab     # the A/B against main: the norms in bf16 (17) and fp16 (02),
+#                                     # layernorm_scale_shift (18), alloc_decode (20)
 #   bash docs/pending/calls.sh bench  # fused_a's and group_norm_silu's switches timed (19's staged
 #                                     # kernel, the streamed lag), fused_moe beside vLLM's Triton
 #                                     # kernel, ncu profiles of five misses
 #   bash docs/pending/calls.sh tune   # on a GPU without a fused_moe table (an H100): tunes the two
 #                                     # model shapes into results/fused_moe_<device>.json (~8 min)
-# carry: .whl; .gpu/pack (if rebuilt for this stack); .ab for tests (`python -m shared.bench.ab
+# carry: .whl; .gpu/pack (if rebuilt for this stack); .ab for ab (`python -m shared.bench.ab
 # prepare --base main --group layernorm --group diffusion --group memory`); .peers/vllm_fused_moe
 # for bench.
 # The tests run one pytest process after another: eight processes sharing the GPU at once made
@@ -37,18 +37,20 @@ timeout -s INT 250 python3 -m kernels_moe.tune_fused_moe --experts 256 --topk 8 
   tests)
     export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q \
         -p no:cacheprovider --timeout 200 2>&1 | tail -4; }
-t 150 tests/layernorm/test_layernorm.py -k "not compile and (fp32_weight or layouts or matches_reference)"
+t 130 tests/layernorm/test_layernorm.py -k "not compile and (fp32_weight or layouts or matches_reference)"
 t 100 tests/layernorm/test_rmsnorm.py -k "not compile and (1000x or layouts or graph or pdl)"
 t 90 tests/gemm/test_dsv3_fused_a_gemm.py tests/gemm/test_small_m_switches.py -k "not compile"
 t 50 tests/moe/test_fused_moe.py -k "not compile"
 t 60 tests/diffusion/test_cuda_backends.py -k "layernorm_scale_shift or graph"
-t 90 tests/diffusion/test_group_norm_silu.py -k "staged"
-t 40 tests/memory/test_alloc.py -k "cuda"
-timeout -s INT 90 python3 -m shared.bench.ab run --group layernorm --op layernorm --op rmsnorm \
-  --op fused_add_rmsnorm
-timeout -s INT 45 python3 -m shared.bench.ab run --group diffusion --op layernorm_scale_shift
-timeout -s INT 30 python3 -m shared.bench.ab run --group memory --op alloc_decode
-KERNELS_BENCH_DTYPE=float16 timeout -s INT 60 python3 -m shared.bench.ab run --group layernorm \
+t 80 tests/diffusion/test_group_norm_silu.py -k "staged"
+t 40 tests/memory/test_alloc.py -k "cuda"'
+    ;;
+  ab)
+    export RUN='timeout -s INT 150 python3 -m shared.bench.ab run --group layernorm --op layernorm \
+  --op rmsnorm --op fused_add_rmsnorm
+timeout -s INT 90 python3 -m shared.bench.ab run --group diffusion --op layernorm_scale_shift
+timeout -s INT 60 python3 -m shared.bench.ab run --group memory --op alloc_decode
+KERNELS_BENCH_DTYPE=float16 timeout -s INT 90 python3 -m shared.bench.ab run --group layernorm \
   --op layernorm'
     ;;
   bench)
@@ -64,7 +66,7 @@ timeout -s INT 90 python3 -m shared.bench.switches --group diffusion --op group_
   --setting lag8:_STREAM_LAG_EIGHTHS=8 --setting twopass:_STREAM_MIN_BYTES=-1'
     ;;
   *)
-    echo "calls.sh: tests, bench or tune" >&2
+    echo "calls.sh: tests, ab, bench or tune" >&2
     exit 2
     ;;
 esac
