@@ -15,6 +15,7 @@ bytes = the minimum: each input read once, each output written once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import torch
@@ -67,11 +68,10 @@ def layernorm_scale_shift_cases(quick: bool) -> Iterator[Case]:
     for (b, l, h), per_token in layouts:
         if quick and (l == 4096 or per_token):
             continue
-        rows = l if per_token else 1
+        mod = (b, l, h) if per_token else (b, h)  # scale's and shift's shape
 
-        def make(b=b, l=l, h=h, per_token=per_token):
+        def make(b=b, l=l, h=h, mod=mod):
             x = torch.randn(b, l, h, device="cuda").to(DTYPE)
-            mod = (b, l, h) if per_token else (b, h)
             scale = (0.1 * torch.randn(*mod, device="cuda")).to(DTYPE)
             shift = torch.randn(*mod, device="cuda").to(DTYPE)
             return {"x": x, "scale": scale, "shift": shift}
@@ -81,7 +81,7 @@ def layernorm_scale_shift_cases(quick: bool) -> Iterator[Case]:
             shape=[b, l, h],
             dtype=DTYPE,
             # read x, scale, shift; write out
-            bytes=(2 * b * l * h + 2 * b * rows * h) * DTYPE.itemsize,
+            bytes=(2 * b * l * h + 2 * math.prod(mod)) * DTYPE.itemsize,
             make_inputs=make,
             impls={
                 "cuda": lambda s: diffusion.layernorm_scale_shift(
