@@ -9,6 +9,10 @@
 #   bash docs/pending/calls.sh bench  # fused_a's and group_norm_silu's switches timed (19's staged
 #                                     # kernel, the streamed lag), fused_moe beside vLLM's Triton
 #                                     # kernel, ncu profiles of five misses
+#   bash docs/pending/calls.sh core   # one call where only one comes: the tests of 02 + 17 (1000-row
+#                                     # shapes: the 8-vector kernels), 18 and 20, then their A/Bs
+#   bash docs/pending/calls.sh rest   # after core, in what device time is left (CALL_LIMIT): 19's
+#                                     # tests and switches, 15's tests and switches, 16's tests
 #   bash docs/pending/calls.sh tune   # on a GPU without a fused_moe table (an H100): tunes the two
 #                                     # model shapes into results/fused_moe_<device>.json (~8 min)
 # carry: .whl; .gpu/pack (if rebuilt for this stack); .ab for ab (`python -m shared.bench.ab
@@ -45,6 +49,32 @@ t 60 tests/diffusion/test_cuda_backends.py -k "layernorm_scale_shift or graph"
 t 100 tests/diffusion/test_group_norm_silu.py -k "staged or streamed or offset"
 t 40 tests/memory/test_alloc.py -k "cuda"'
     ;;
+  core)
+    export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q \
+        -p no:cacheprovider --timeout 200 2>&1 | tail -4; }
+t 60 tests/layernorm/test_layernorm.py -k "not compile and 1000x"
+t 60 tests/layernorm/test_rmsnorm.py -k "not compile and 1000x"
+t 45 tests/diffusion/test_cuda_backends.py -k "layernorm_scale_shift"
+t 25 tests/memory/test_alloc.py -k "cuda"
+timeout -s INT 150 python3 -m shared.bench.ab run --group layernorm --op layernorm \
+  --op rmsnorm --op fused_add_rmsnorm
+timeout -s INT 80 python3 -m shared.bench.ab run --group diffusion --op layernorm_scale_shift
+timeout -s INT 50 python3 -m shared.bench.ab run --group memory --op alloc_decode
+KERNELS_BENCH_DTYPE=float16 timeout -s INT 70 python3 -m shared.bench.ab run --group layernorm \
+  --op layernorm'
+    ;;
+  rest)
+    export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q \
+        -p no:cacheprovider --timeout 200 2>&1 | tail -4; }
+t 100 tests/diffusion/test_group_norm_silu.py -k "staged or streamed or offset"
+timeout -s INT 90 python3 -m shared.bench.switches --group diffusion --op group_norm_silu \
+  --setting staged:_STAGED_MIN_BYTES=0 --setting lag0:_STREAM_LAG_EIGHTHS=0 \
+  --setting lag8:_STREAM_LAG_EIGHTHS=8 --setting twopass:_STREAM_MIN_BYTES=-1
+t 90 tests/gemm/test_dsv3_fused_a_gemm.py tests/gemm/test_small_m_switches.py -k "not compile"
+timeout -s INT 90 python3 -m shared.bench.switches --group gemm --op dsv3_fused_a_gemm \
+  --setting old:_RING_MAX_M=0,_CLUSTER_PUSH=False,_WEIGHT_FIRST=False
+t 50 tests/moe/test_fused_moe.py -k "not compile"'
+    ;;
   ab)
     export RUN='timeout -s INT 150 python3 -m shared.bench.ab run --group layernorm --op layernorm \
   --op rmsnorm --op fused_add_rmsnorm
@@ -66,7 +96,7 @@ timeout -s INT 90 python3 -m shared.bench.switches --group diffusion --op group_
   --setting lag8:_STREAM_LAG_EIGHTHS=8 --setting twopass:_STREAM_MIN_BYTES=-1'
     ;;
   *)
-    echo "calls.sh: tests, ab, bench or tune" >&2
+    echo "calls.sh: tests, ab, bench, core, rest or tune" >&2
     exit 2
     ;;
 esac
