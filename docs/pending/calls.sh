@@ -25,6 +25,20 @@ set -uo pipefail
 : "${OUT:?the device tool sets OUT}"
 export OUT
 export KERNELS_COMMIT=${KERNELS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+# The commands below, as the RUN script's helpers: t <limit> <pytest args> (the GPU tests, their
+# last lines), ab <limit> <ab run args> (an A/B against main), sw <limit> <switches args>.
+HELPERS='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q \
+    -p no:cacheprovider --timeout 200 2>&1 | tail -4; }
+ab() { timeout -s INT "$1" python3 -m shared.bench.ab run "${@:2}"; }
+sw() { timeout -s INT "$1" python3 -m shared.bench.switches "${@:2}"; }
+'
+GNS_SWITCHES='sw 90 --group diffusion --op group_norm_silu --setting staged:_STAGED_MIN_BYTES=0 \
+  --setting lag0:_STREAM_LAG_EIGHTHS=0 --setting lag8:_STREAM_LAG_EIGHTHS=8 \
+  --setting twopass:_STREAM_MIN_BYTES=-1
+'
+FUSED_A_SWITCHES='sw 90 --group gemm --op dsv3_fused_a_gemm \
+  --setting old:_RING_MAX_M=0,_CLUSTER_PUSH=False,_WEIGHT_FIRST=False
+'
 case "${1:-}" in
   tune)
     # The buckets that matter first (an interrupted run keeps the finished ones), in
@@ -39,8 +53,7 @@ timeout -s INT 250 python3 -m kernels_moe.tune_fused_moe --experts 256 --topk 8 
   --intermediate 2048 --tokens $tokens --out "$table" 2>&1 | grep -v "━" | tail -5'
     ;;
   tests)
-    export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q \
-        -p no:cacheprovider --timeout 200 2>&1 | tail -4; }
+    export RUN=$HELPERS'
 t 110 tests/layernorm/test_layernorm.py -k "not compile and (fp32_weight or layouts or matches_reference)"
 t 100 tests/layernorm/test_rmsnorm.py -k "not compile and (1000x or layouts or graph or pdl)"
 t 90 tests/gemm/test_dsv3_fused_a_gemm.py tests/gemm/test_small_m_switches.py -k "not compile"
@@ -50,38 +63,30 @@ t 100 tests/diffusion/test_group_norm_silu.py -k "staged or streamed or offset"
 t 40 tests/memory/test_alloc.py -k "cuda"'
     ;;
   core)
-    export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q \
-        -p no:cacheprovider --timeout 200 2>&1 | tail -4; }
+    export RUN=$HELPERS'
 t 60 tests/layernorm/test_layernorm.py -k "not compile and 1000x"
 t 60 tests/layernorm/test_rmsnorm.py -k "not compile and 1000x"
 t 45 tests/diffusion/test_cuda_backends.py -k "layernorm_scale_shift"
 t 25 tests/memory/test_alloc.py -k "cuda"
-timeout -s INT 150 python3 -m shared.bench.ab run --group layernorm --op layernorm \
-  --op rmsnorm --op fused_add_rmsnorm
-timeout -s INT 80 python3 -m shared.bench.ab run --group diffusion --op layernorm_scale_shift
-timeout -s INT 50 python3 -m shared.bench.ab run --group memory --op alloc_decode
-KERNELS_BENCH_DTYPE=float16 timeout -s INT 70 python3 -m shared.bench.ab run --group layernorm \
-  --op layernorm'
+ab 150 --group layernorm --op layernorm --op rmsnorm --op fused_add_rmsnorm
+ab 80 --group diffusion --op layernorm_scale_shift
+ab 50 --group memory --op alloc_decode
+KERNELS_BENCH_DTYPE=float16 ab 70 --group layernorm --op layernorm'
     ;;
   rest)
-    export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q \
-        -p no:cacheprovider --timeout 200 2>&1 | tail -4; }
+    export RUN=$HELPERS'
 t 100 tests/diffusion/test_group_norm_silu.py -k "staged or streamed or offset"
-timeout -s INT 90 python3 -m shared.bench.switches --group diffusion --op group_norm_silu \
-  --setting staged:_STAGED_MIN_BYTES=0 --setting lag0:_STREAM_LAG_EIGHTHS=0 \
-  --setting lag8:_STREAM_LAG_EIGHTHS=8 --setting twopass:_STREAM_MIN_BYTES=-1
+'$GNS_SWITCHES'
 t 90 tests/gemm/test_dsv3_fused_a_gemm.py tests/gemm/test_small_m_switches.py -k "not compile"
-timeout -s INT 90 python3 -m shared.bench.switches --group gemm --op dsv3_fused_a_gemm \
-  --setting old:_RING_MAX_M=0,_CLUSTER_PUSH=False,_WEIGHT_FIRST=False
+'$FUSED_A_SWITCHES'
 t 50 tests/moe/test_fused_moe.py -k "not compile"'
     ;;
   ab)
-    export RUN='timeout -s INT 150 python3 -m shared.bench.ab run --group layernorm --op layernorm \
-  --op rmsnorm --op fused_add_rmsnorm
-timeout -s INT 90 python3 -m shared.bench.ab run --group diffusion --op layernorm_scale_shift
-timeout -s INT 60 python3 -m shared.bench.ab run --group memory --op alloc_decode
-KERNELS_BENCH_DTYPE=float16 timeout -s INT 90 python3 -m shared.bench.ab run --group layernorm \
-  --op layernorm'
+    export RUN=$HELPERS'
+ab 150 --group layernorm --op layernorm --op rmsnorm --op fused_add_rmsnorm
+ab 90 --group diffusion --op layernorm_scale_shift
+ab 60 --group memory --op alloc_decode
+KERNELS_BENCH_DTYPE=float16 ab 90 --group layernorm --op layernorm'
     ;;
   bench)
     export BENCH=moe BENCH_OPS=fused_moe STATIC_COMPILE=none BENCH_TIMEOUT=150
@@ -89,11 +94,7 @@ KERNELS_BENCH_DTYPE=float16 timeout -s INT 90 python3 -m shared.bench.ab run --g
       layernorm:fused_add_rmsnorm:64,8192:bfloat16 layernorm:layernorm:8192,4096:bfloat16 \
       diffusion:layernorm_scale_shift:1,32760,3072:bfloat16 \
       diffusion:group_norm_silu:1,128,20,256,256:bfloat16"
-    export RUN='timeout -s INT 90 python3 -m shared.bench.switches --group gemm \
-  --op dsv3_fused_a_gemm --setting old:_RING_MAX_M=0,_CLUSTER_PUSH=False,_WEIGHT_FIRST=False
-timeout -s INT 90 python3 -m shared.bench.switches --group diffusion --op group_norm_silu \
-  --setting staged:_STAGED_MIN_BYTES=0 --setting lag0:_STREAM_LAG_EIGHTHS=0 \
-  --setting lag8:_STREAM_LAG_EIGHTHS=8 --setting twopass:_STREAM_MIN_BYTES=-1'
+    export RUN=$HELPERS$FUSED_A_SWITCHES$GNS_SWITCHES
     ;;
   *)
     echo "calls.sh: tests, ab, bench, core, rest or tune" >&2
