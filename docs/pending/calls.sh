@@ -9,8 +9,9 @@
 #   bash docs/pending/calls.sh bench  # fused_a's and group_norm_silu's switches timed (19's staged
 #                                     # kernel, the streamed lag), fused_moe beside vLLM's Triton
 #                                     # kernel, ncu profiles of five misses
-#   bash docs/pending/calls.sh core   # one call where only one comes: the tests of 02 + 17 (1000-row
-#                                     # shapes: the 8-vector kernels), 18 and 20, then their A/Bs
+#   bash docs/pending/calls.sh core   # one call where only one comes: the tests of 02 + 17
+#                                     # (1000-row shapes: the 8-vector kernels), 18 and 20, then
+#                                     # their A/Bs
 #   bash docs/pending/calls.sh rest   # after core, in what device time is left (CALL_LIMIT): 19's
 #                                     # tests and switches, 15's tests and switches, 16's tests
 #   bash docs/pending/calls.sh tune   # on a GPU without a fused_moe table (an H100): tunes the two
