@@ -89,8 +89,8 @@ RING_SHAPES = ((2112, 4096), (2112, 4064), (2104, 7176), (136, 16384), (24, 1638
 
 @pytest.fixture
 def ring_on(monkeypatch):
-    """The ring kernel at every M (fused_a's default keeps gemm_kernel), the other switches at
-    the router's choices (st.async pushes, weight before the PDL wait)."""
+    """The ring kernel at every M (fused_a's default too), the other switches at the router's
+    choices (the st.async push instantiation, weight before the PDL wait)."""
     import kernels_gemm.ops.dsv3_fused_a_gemm as op_module
 
     monkeypatch.setattr(op_module, "_RING_MAX_M", 16)

@@ -46,9 +46,10 @@ def _set(monkeypatch, module, combo) -> None:
 
 
 def test_defaults():
-    """The defaults of 2026-12-05: fused_a the kernel of before the ring, the router all three."""
-    assert (fused_a_module._RING_MAX_M, fused_a_module._CLUSTER_PUSH) == (0, False)
-    assert fused_a_module._WEIGHT_FIRST is False
+    """The defaults of 2026-12-05 (the H100 A/B): fused_a the ring and the weight first without
+    the push instantiation, the router all three."""
+    assert (fused_a_module._RING_MAX_M, fused_a_module._CLUSTER_PUSH) == (16, False)
+    assert fused_a_module._WEIGHT_FIRST is True
     assert (router_module._RING_MAX_M, router_module._CLUSTER_PUSH) == (16, True)
     assert router_module._WEIGHT_FIRST is True
 

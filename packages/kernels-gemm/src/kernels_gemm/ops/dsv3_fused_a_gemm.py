@@ -39,15 +39,16 @@ DSV3_FUSED_A_GEMM_CUDA = ModuleSpec(
 _dsv3_fused_a_gemm_kernel = CompiledFunction(DSV3_FUSED_A_GEMM_CUDA, "dsv3_fused_a_gemm")
 
 # The small-M engine's switches (_RING_MAX_M, _CLUSTER_PUSH, _WEIGHT_FIRST: see _small_m.py).
-# fused_a (132 CTAs of 16 columns, no split) keeps the kernel of before all three: the ring with
-# the push instantiation and the weight-first order lost on the H200 at every M but 1 (cold L2:
-# M 8 12.59 -> 16.81 us). With split == 1 _CLUSTER_PUSH only picks the instantiation (False: the
-# SASS of before the ring commit), yet the H100 A/B of the eight settings had the ring with the
-# weight first and no push fastest at every M (cold M 1 / 16 14.85 / 16.67 -> 11.74 / 13.43 us):
-# docs/pending patch 15 makes it the default once its PDL-chain tests have run on a GPU.
-_RING_MAX_M = 0
+# fused_a (132 CTAs of 16 columns, no split) takes the ring and the weight-first order without
+# the push instantiation: the H100 A/B of the eight settings (2026-12-05,
+# docs/benchmarks/runs/2026-12-05/h100-pending-tests-switches-thresholds.md) had it fastest at every
+# M, cold L2 M 1 / 16 14.85 / 16.67 -> 11.74 / 13.43 us and L2-warm 7.65 / 11.19 -> 6.98 / 9.99
+# against the kernel of before all three. With split == 1 _CLUSTER_PUSH only picks the
+# instantiation, yet the push one lost at every M with the ring (cold M 16 24.47 us), as the H200
+# A/B of ring + push + weight first had shown (M 8 12.59 -> 16.81).
+_RING_MAX_M = 16
 _CLUSTER_PUSH = False
-_WEIGHT_FIRST = False
+_WEIGHT_FIRST = True
 
 
 def _dsv3_fused_a_gemm_cuda(
