@@ -60,6 +60,11 @@ for shape, groups, last in (((2, 32, 5, 7), 32, False), ((2, 64, 300, 300), 32, 
     c = shape[-1] if last else shape[1]
     w, bias = torch.randn(c, device=dev), torch.randn(c, device=dev)
     group_norm_silu(x, groups, w, bias, channels_last=last)
+gns._STAGED_MIN_BYTES = 0  # the staged kernel (sm_90+): packed NC* x
+for shape, groups in (((1, 4, 8), 2), ((2, 64, 300, 300), 32), ((1, 48, 1000, 16), 3)):
+    x = torch.randn(*shape, device=dev).to(torch.bfloat16)
+    w, bias = torch.randn(shape[1], device=dev), torch.randn(shape[1], device=dev)
+    group_norm_silu(x, groups, w, bias)
 torch.cuda.synchronize()
 print("done")
 """

@@ -86,10 +86,10 @@ def _gpu_inputs(shape, channels, dtype, w_dtype, seed):
     return x, w, b
 
 
-@pytest.fixture
-def streamed(monkeypatch):
-    """Every CUDA call takes the streamed kernel; yields the list of the `arrived` buffers the
-    calls used (after a call: counters[N x G] is the ticket counter, > 0 only if it ran)."""
+def _spy_arrived(monkeypatch, threshold: str) -> list[torch.Tensor]:
+    """Sets the module's `threshold` attribute to 0 and returns the list that collects the
+    `arrived` buffer of each CUDA call (counters[N x G]: the ticket counter, > 0 only if the
+    streamed or the staged kernel ran)."""
     from kernels_diffusion.ops import group_norm_silu as mod
 
     seen = []
@@ -99,14 +99,40 @@ def streamed(monkeypatch):
         seen.append(args[8])
         return real(*args)
 
-    monkeypatch.setattr(mod, "_STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(mod, threshold, 0)
     monkeypatch.setattr(mod, "_group_norm_silu_kernels", spy)
     return seen
 
 
+def _needs_sm90():
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the staged kernel needs sm_90+ (TMA bulk copies)")
+
+
+@pytest.fixture
+def streamed(monkeypatch):
+    """Every CUDA call takes the streamed kernel; yields the `arrived` buffers of the calls."""
+    return _spy_arrived(monkeypatch, "_STREAM_MIN_BYTES")
+
+
+def _groups_of(arrived: torch.Tensor) -> int:
+    """N x G of a call, from its `arrived` buffer ([3 * N * G + 2])."""
+    return (arrived.numel() - 2) // 3
+
+
 def _ran_streamed(arrived: torch.Tensor) -> bool:
+    """Whether the streamed (or the staged) kernel ran: its ticket counter moved."""
     torch.cuda.synchronize()
-    return int(arrived[-1]) > 0
+    return int(arrived[_groups_of(arrived)]) > 0
+
+
+def _ran_staged(arrived: torch.Tensor) -> bool:
+    """Whether the staged kernel ran: every group's word was published."""
+    torch.cuda.synchronize()
+    ng = _groups_of(arrived)
+    at = (ng + 2) & ~1
+    words = arrived[at : at + 2 * ng].view(ng, 2).cpu()
+    return bool((words[:, 1] != 0).all())
 
 
 @pytest.mark.gpu
@@ -149,15 +175,20 @@ def test_streamed_kernel(streamed, dtype, shape, groups, channels_last, w_fp32):
 
 
 @pytest.mark.gpu
-def test_streamed_kernel_large_offset_mean(streamed):
-    """The shifted sums keep the variance accurate across the tiles of a group (fp64 combine)."""
+@pytest.mark.parametrize("kernel", ["streamed", "staged"])
+def test_large_offset_mean(request, kernel):
+    """The shifted sums keep the variance accurate across the tiles of a group (fp64 combine),
+    in the streamed and the staged kernel."""
     from kernels_diffusion import reference
     from shared.testing.inputs import randn
 
+    if kernel == "staged":
+        _needs_sm90()
+    seen = request.getfixturevalue(kernel)
     x = randn(1, 64, 128, 128, device="cuda", seed=3) + 1000.0
     w, b = torch.ones(64, device="cuda"), torch.zeros(64, device="cuda")
     got = group_norm_silu(x, 32, w, b, backend="cuda")
-    assert _ran_streamed(streamed[-1])
+    assert (_ran_staged if kernel == "staged" else _ran_streamed)(seen[-1])
     torch.testing.assert_close(got, reference.group_norm_silu(x, 32, w, b), atol=3e-4, rtol=1e-4)
 
 
@@ -185,7 +216,7 @@ def test_streamed_kernel_no_lag_margin(streamed, monkeypatch, shape, channels_la
 
 
 @pytest.mark.gpu
-def test_streamed_threshold_edges(monkeypatch):
+def test_streamed_threshold_edges(streamed, monkeypatch):
     """x of exactly _STREAM_MIN_BYTES takes the streamed kernel, one byte more of threshold the
     one-read kernel; a negative threshold never streams."""
     from kernels_diffusion import reference
@@ -193,14 +224,7 @@ def test_streamed_threshold_edges(monkeypatch):
 
     x, w, b = _gpu_inputs((2, 64, 40, 48), 64, torch.bfloat16, torch.bfloat16, seed=9)
     nbytes = x.numel() * x.element_size()
-    seen = []
-    real = mod._group_norm_silu_kernels
-
-    def spy(*args):
-        seen.append(args[8])
-        return real(*args)
-
-    monkeypatch.setattr(mod, "_group_norm_silu_kernels", spy)
+    seen = streamed
     expected = reference.group_norm_silu(x, 32, w, b)
     for threshold, streams in ((nbytes, True), (nbytes + 1, False), (-1, False), (0, True)):
         monkeypatch.setattr(mod, "_STREAM_MIN_BYTES", threshold)
@@ -244,3 +268,97 @@ def test_streamed_cuda_graph_replays(streamed, shape, channels_last):
         graph.replay()
         assert _ran_streamed(streamed[-1])
         assert_close(out, reference.group_norm_silu(x, 32, w, b, 1e-5, channels_last))
+
+
+# The staged CUDA kernel (packed NC* x of at least _STAGED_MIN_BYTES on sm_90+) ----------------
+
+
+@pytest.fixture
+def staged(monkeypatch):
+    """Every CUDA call may take the staged kernel; yields the `arrived` buffers of the calls."""
+    return _spy_arrived(monkeypatch, "_STAGED_MIN_BYTES")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    ("shape", "groups"),
+    [
+        ((1, 4, 8), 2),  # one pack a channel, a short tile a group
+        ((2, 64, 8, 8), 8),
+        ((1, 128, 64, 64), 32),  # one tile a group (bf16)
+        ((2, 64, 300, 300), 32),  # 11 tiles a group (bf16), the last short
+        ((1, 48, 1000, 16), 3),  # 16 channels a group: tiles across channels
+    ],
+)
+@pytest.mark.parametrize("w_fp32", [False, True])
+def test_staged_kernel(staged, dtype, shape, groups, w_fp32):
+    from kernels_diffusion import reference
+
+    _needs_sm90()
+    x, w, b = _gpu_inputs(shape, shape[1], dtype, torch.float32 if w_fp32 else dtype, seed=7)
+    out = torch.full_like(x, float("nan"))
+    from kernels_diffusion.ops.group_norm_silu import GROUP_NORM_SILU
+
+    GROUP_NORM_SILU.run(out, x, groups, w, b, 1e-5, False, backend="cuda")
+    assert _ran_staged(staged[-1])
+    assert_close(out, reference.group_norm_silu(x, groups, w, b, 1e-5, False))
+    ng = shape[0] * groups
+    counters = staged[-1].cpu()
+    assert (counters[:ng] == counters[0]).all()  # every group arrived: its tile count
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("shape", "channels_last", "aligned"),
+    [((2, 32, 5, 7), False, True), ((1, 16, 16, 128), True, True), ((2, 64, 40, 48), False, False)],
+)
+def test_staged_kernel_not_taken(staged, shape, channels_last, aligned):
+    """Scalar units (odd spatial sizes, misaligned x) and channels-last x stream instead."""
+    from kernels_diffusion import reference
+    from shared.testing.inputs import misaligned
+
+    _needs_sm90()
+    c = shape[-1] if channels_last else shape[1]
+    x, w, b = _gpu_inputs(shape, c, torch.bfloat16, torch.bfloat16, seed=8)
+    xx = x if aligned else misaligned(x)
+    got = group_norm_silu(xx, 32, w, b, channels_last=channels_last, backend="cuda")
+    assert not _ran_staged(staged[-1])
+    assert_close(got, reference.group_norm_silu(x, 32, w, b, 1e-5, channels_last))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 64, 8, 256, 256), (1, 128, 20, 256, 256)], ids=str)
+def test_staged_kernel_large(staged, shape):
+    """The benchmark's shapes (67 MB; the HunyuanVideo VAE's 335 MB of bf16: 32 groups of 320
+    tiles), repeated: the arrivals and the group words race differently each time."""
+    from kernels_diffusion import reference
+
+    _needs_sm90()
+    x, w, b = _gpu_inputs(shape, shape[1], torch.bfloat16, torch.bfloat16, seed=12)
+    expected = reference.group_norm_silu(x, 32, w, b)
+    for _ in range(2):
+        got = group_norm_silu(x, 32, w, b, backend="cuda")
+        assert _ran_staged(staged[-1])
+        assert_close(got, expected)
+
+
+@pytest.mark.gpu
+def test_staged_cuda_graph_replays(staged):
+    """Captured once, replayed on new inputs: the counters and the group words are zeroed by a
+    node of the graph."""
+    from kernels_diffusion import reference
+
+    _needs_sm90()
+    shape = (1, 64, 300, 300)
+    x, w, b = _gpu_inputs(shape, 64, torch.bfloat16, torch.bfloat16, seed=5)
+    group_norm_silu(x, 32, w, b, backend="cuda")  # warm up / build
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = group_norm_silu(x, 32, w, b, backend="cuda")
+    for seed in (6, 7):
+        x.copy_(_gpu_inputs(shape, 64, torch.bfloat16, torch.bfloat16, seed=seed)[0])
+        out.fill_(float("nan"))
+        graph.replay()
+        assert _ran_staged(staged[-1])
+        assert_close(out, reference.group_norm_silu(x, 32, w, b))

@@ -124,6 +124,36 @@ __device__ __forceinline__ void mean_rstd(const Geometry& p, double a, double b,
   rstd = rsqrtf(static_cast<float>(var) + p.eps);
 }
 
+// The group's partials (tiles_per_group float2 shifted sums from partial[grp * tpg], published)
+// summed in fp64 in one fixed order by a block of kBlock threads: every thread gets the same (a,
+// b), so every tile of the group gets the same mean and rstd. shared: 2 x kBlock / 32 doubles.
+template <int kBlock>
+__device__ __forceinline__ void combine_partials(const float* partial, uint32_t grp, uint32_t tpg,
+                                                 double (&shared)[2][kBlock / 32], double& a,
+                                                 double& b) {
+  const float2* mine = reinterpret_cast<const float2*>(partial) + grp * tpg;
+  a = 0.0;
+  b = 0.0;
+  for (uint32_t j = threadIdx.x; j < tpg; j += kBlock) {
+    const float2 q = __ldcg(mine + j);
+    a += q.x;
+    b += q.y;
+  }
+  warp_sum(a, b);
+  if ((threadIdx.x & 31) == 0) {
+    shared[0][threadIdx.x >> 5] = a;
+    shared[1][threadIdx.x >> 5] = b;
+  }
+  __syncthreads();
+  a = 0.0;
+  b = 0.0;
+#pragma unroll
+  for (int w = 0; w < kBlock / 32; ++w) {
+    a += shared[0][w];
+    b += shared[1][w];
+  }
+}
+
 // The weight and bias of unit u's W values (column col of its segment): channels-last, W
 // consecutive channels; otherwise one channel for the whole pack. c0: the group's first channel.
 template <bool kChannelsLast, typename WT, int W>
@@ -498,7 +528,6 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
   __syncthreads();
   const uint32_t items = 2 * s.tiles;
   const uint32_t tpg = s.tiles_per_group.divisor;
-  const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int pending = -1;  // thread 0: the group whose arrival is still to be published
   uint32_t ticket = static_cast<uint32_t>(tickets[0]);
   for (int parity = 1; ticket < items; parity ^= 1) {
@@ -537,28 +566,9 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
         while (load_acquire(counters + grp) < static_cast<int>(tpg)) __nanosleep(128);
       }
       __syncthreads();  // the group's partials are published
-      // The group's statistics: its partials in fp64, in one fixed order (every tile of the
-      // group computes the same mean and rstd).
-      const float2* mine = reinterpret_cast<const float2*>(partial) + grp * tpg;
-      double a = 0.0, b = 0.0;
-      for (uint32_t j = threadIdx.x; j < tpg; j += kStreamThreads) {
-        const float2 q = __ldcg(mine + j);
-        a += q.x;
-        b += q.y;
-      }
-      warp_sum(a, b);
-      if (lane == 0) {
-        shared64[0][warp] = a;
-        shared64[1][warp] = b;
-      }
-      __syncthreads();
-      a = 0.0;
-      b = 0.0;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        a += shared64[0][w];
-        b += shared64[1][w];
-      }
+      // The group's statistics: its partials in fp64, in one fixed order.
+      double a, b;
+      combine_partials<kStreamThreads>(partial, grp, tpg, shared64, a, b);
       float mean, rstd;
       mean_rstd(p, a, b, shift, mean, rstd);
       const int c0 = static_cast<int>(g) * p.channels_per_group;
@@ -590,12 +600,289 @@ inline int stream_ctas_per_sm(int device) {
   return per_sm;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The staged kernel (sm_90+, contiguous NC* x in 16-byte packs, x larger than L2): the streamed
+// kernel's scheme with each tile held between its two uses in shared memory instead of L2, so
+// its second read never depends on what L2 kept. Each CTA (kStagedThreads, two per SM) owns a
+// ring of kStagedSlots tiles of kStagedTile packs (32 KB each); its thread 0 takes tiles in one
+// global order from a ticket counter and fills free slots with TMA bulk copies
+// (kernels/bulk.cuh, L2 evict-first: x is read from DRAM once). The CTA then repeats one step:
+//   - final: its last stats step completed a group (the arrival's atomic returned tiles - 1):
+//     combine the group's partial sums in fp64, publish (mean, rstd) as one 8-byte word;
+//   - stats: the oldest tile not yet summed (preferably one whose bytes have landed): its shifted
+//     sums, stored as partial[tile], then an acq_rel arrival at its group's counter, whose
+//     result is looked at one step later (no stall on the round trip);
+//   - norm: the oldest summed tile once its group's word is published: normalise, silu, store
+//     (streaming stores from registers), which frees its slot.
+// thread 0 decides, the block follows (one barrier a step); the next ticket (taken with a norm
+// step, for the slot it frees) and the group word are loaded a step ahead of their use.
+// Deadlock-free with every CTA resident (a cooperative launch): a CTA waits on a group only when
+// every tile it holds, ticketed or loaded, has been summed; the held tiles of all CTAs are
+// consecutive tickets, more than a group (grid x kStagedSlots > tiles per group, checked on the
+// host), so the oldest unfinished group is entirely held and summed: its last arrival finalises
+// it. (A model of this protocol with CTAs interleaved at random deadlocked when a ticket was
+// taken ahead for a full ring, and when the slots held no more than a group.)
+// The group word: (mean bits, ~rstd bits) in zeroed int32 memory; 0 in the second word means
+// "not yet" (~bits is 0 only for the bit pattern 0xffffffff, which no arithmetic produces).
+constexpr int kStagedThreads = 512;
+constexpr int kStagedSlots = 3;
+constexpr int kStagedTile = 2048;  // packs of 16 bytes: 32 KB
+constexpr int kStagedTileBytes = kStagedTile * 16;
+constexpr int kStagedPacks = kStagedTile / kStagedThreads;
+constexpr int kStagedBarBytes = 128;  // the slots' mbarriers, ahead of the slots
+constexpr int kStagedSmem = kStagedBarBytes + kStagedSlots * kStagedTileBytes;
+
+struct Staged {
+  FastDivmod tiles_per_group;
+  uint32_t tiles;
+  uint32_t groups;                // N x G: counters[groups] is the ticket counter
+  unsigned long long* words;      // [N x G] group words, zeroed
+};
+
+enum StagedStep : int { kStagedDone, kStagedStats, kStagedNorm, kStagedFinal };
+
+__device__ __forceinline__ int atom_add_acq_rel(int* p, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v)
+               : "memory");
+  return old;
+}
+
+__device__ __forceinline__ unsigned long long load_word(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void store_word(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ bool word_ready(unsigned long long w) {
+  return static_cast<uint32_t>(w >> 32) != 0u;
+}
+
+// Whether the bulk copies of the slot's current use (parity) have all landed, without waiting.
+__device__ __forceinline__ bool slot_landed(uint32_t bar, uint32_t parity) {
+  uint32_t done = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, "
+      "p; }"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+#endif
+  return done != 0;
+}
+
+template <typename T, typename WT>
+__global__ void __launch_bounds__(kStagedThreads, 2)
+    group_norm_silu_staged(bool pdl, T* __restrict__ out, const T* __restrict__ x,
+                           const WT* __restrict__ weight, const WT* __restrict__ bias,
+                           float* __restrict__ partial, int* __restrict__ counters, Geometry p,
+                           Staged s) {
+  constexpr int W = kernels::Pack<T>::size;
+  using P = kernels::Pack<T, W>;
+  constexpr int kWarps = kStagedThreads / 32;
+  extern __shared__ __align__(128) unsigned char staged_smem[];
+  __shared__ float2 warp_sums[kWarps];
+  __shared__ double warp_sums64[2][kWarps];
+  __shared__ int slot_tile[kStagedSlots];
+  __shared__ int step, step_group;
+  __shared__ float group_mean, group_rstd;
+  const uint32_t bars = kernels::shared_address(staged_smem);
+  const uint4* tiles = reinterpret_cast<const uint4*>(staged_smem + kStagedBarBytes);
+  const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t tpg = s.tiles_per_group.divisor;
+  if (threadIdx.x < kStagedSlots) kernels::mbarrier_init(bars + 8 * threadIdx.x);
+  kernels::mbarrier_init_fence();
+  __syncthreads();
+  if (pdl) kernels::pdl_wait();
+  int* ticket_counter = counters + s.groups;
+  // thread 0's state: the next ticket (taken a step ahead, only for a slot that is free or is
+  // freed by the current step, so it is issued at the next refill: a CTA never waits on a group
+  // while holding a ticket it has not summed), tiles issued, the arrival whose result is looked
+  // at next step, the group word probed for the oldest summed tile.
+  int next = 0, arrival = -1, arrival_group = -1, ready_group = -1, probe_group = -1;
+  bool have_next = false;
+  unsigned long long probe = 0, ready_word = 0;
+  uint32_t issued = 0;
+  const uint64_t policy = kernels::l2_evict_first();
+  // Every thread: tiles summed and normalised (the slots' uses, in ring order).
+  uint32_t summed = 0, normed = 0;
+  for (;;) {
+    if (threadIdx.x == 0) {
+      // Refill the free slots (a ticket not taken ahead is taken here, and waited for).
+      while (issued - normed < kStagedSlots) {
+        if (!have_next) {
+          next = atomicAdd(ticket_counter, 1);
+          have_next = true;
+        }
+        if (next >= static_cast<int>(s.tiles)) break;  // kept: no more tickets to take
+        const uint32_t slot = issued % kStagedSlots;
+        uint32_t grp, in_group, g;
+        s.tiles_per_group.divmod(static_cast<uint32_t>(next), grp, in_group);
+        const int64_t base = group_base(p, grp, g);
+        const uint32_t begin = in_group * kStagedTile;
+        const uint32_t bytes = min(p.units - begin, static_cast<uint32_t>(kStagedTile)) * 16u;
+        const uint32_t bar = bars + 8 * slot;
+        kernels::mbarrier_expect_tx(bar, bytes);
+        kernels::bulk_load(bars + kStagedBarBytes + slot * kStagedTileBytes,
+                           x + base + static_cast<int64_t>(begin) * W, bytes, bar, policy);
+        slot_tile[slot] = next;
+        ++issued;
+        have_next = false;
+      }
+      int d = kStagedDone, group = -1;
+      if (arrival >= 0 && arrival == static_cast<int>(tpg) - 1) {
+        d = kStagedFinal;
+        group = arrival_group;
+      } else {
+        // The oldest summed tile's group: published already, or probed last step, or probe now.
+        bool norm_ready = false;
+        if (normed < summed) {
+          const int need = static_cast<int>(
+              s.tiles_per_group.div(static_cast<uint32_t>(slot_tile[normed % kStagedSlots])));
+          if (ready_group != need && probe_group == need && word_ready(probe)) {
+            ready_group = need;
+            ready_word = probe;
+          }
+          norm_ready = ready_group == need;
+          if (!norm_ready) {
+            probe_group = need;
+            probe = load_word(s.words + need);  // looked at next step
+          }
+          group = need;
+        }
+        const bool can_sum = summed < issued;
+        if (can_sum && (slot_landed(bars + 8 * (summed % kStagedSlots),
+                                    (summed / kStagedSlots) & 1u) ||
+                        !norm_ready)) {
+          d = kStagedStats;
+        } else if (normed < summed) {
+          // Every held tile is summed (or the norm is ready): wait for the group if need be.
+          while (!norm_ready) {
+            __nanosleep(100);
+            probe = load_word(s.words + group);
+            if (word_ready(probe)) {
+              ready_group = group;
+              ready_word = probe;
+              norm_ready = true;
+            }
+          }
+          d = kStagedNorm;
+          group_mean = __uint_as_float(static_cast<uint32_t>(ready_word));
+          group_rstd = __uint_as_float(~static_cast<uint32_t>(ready_word >> 32));
+          if (!have_next) {  // for the slot this step frees; used at the next refill
+            next = atomicAdd(ticket_counter, 1);
+            have_next = true;
+          }
+        }
+      }
+      arrival = -1;
+      step = d;
+      step_group = group;
+    }
+    __syncthreads();
+    const int d = step;
+    if (d == kStagedDone) break;
+    if (d == kStagedFinal) {
+      // The group's partial sums in fp64 in one fixed order, then its word.
+      const uint32_t grp = static_cast<uint32_t>(step_group);
+      double a, b;
+      combine_partials<kStagedThreads>(partial, grp, tpg, warp_sums64, a, b);
+      if (threadIdx.x == 0) {
+        uint32_t g;
+        const float shift = kernels::to_float(x[group_base(p, grp, g)]);
+        float mean, rstd;
+        mean_rstd(p, a, b, shift, mean, rstd);
+        store_word(s.words + grp,
+                   (static_cast<unsigned long long>(~__float_as_uint(rstd)) << 32) |
+                       __float_as_uint(mean));
+      }
+    } else {
+      const uint32_t n = d == kStagedStats ? summed : normed;
+      const uint32_t slot = n % kStagedSlots;
+      const uint32_t t = static_cast<uint32_t>(slot_tile[slot]);
+      uint32_t grp, in_group, g;
+      s.tiles_per_group.divmod(t, grp, in_group);
+      const int64_t base = group_base(p, grp, g);
+      const uint32_t begin = in_group * kStagedTile;
+      const uint32_t count = min(p.units - begin, static_cast<uint32_t>(kStagedTile));
+      const uint4* tile = tiles + slot * kStagedTile;
+      if (d == kStagedStats) {
+        const float shift = kernels::to_float(x[base]);  // in flight while the bytes land
+        kernels::mbarrier_wait(bars + 8 * slot, (n / kStagedSlots) & 1u);
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kStagedPacks; ++k) {
+          const uint32_t u = threadIdx.x + k * kStagedThreads;
+          if (u < count) {
+            P v;
+            v.set(0, tile[u]);
+            add_shifted_sums(v, shift, s1, s2);
+          }
+        }
+        s1 = kernels::warp_sum(s1);
+        s2 = kernels::warp_sum(s2);
+        if (lane == 0) warp_sums[warp] = make_float2(s1, s2);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          float2 total = warp_sums[0];
+#pragma unroll
+          for (int w = 1; w < kWarps; ++w) {
+            total.x += warp_sums[w].x;
+            total.y += warp_sums[w].y;
+          }
+          __stcg(reinterpret_cast<float2*>(partial) + t, total);
+          arrival = atom_add_acq_rel(counters + grp, 1);  // looked at next step
+          arrival_group = static_cast<int>(grp);
+        }
+        ++summed;
+      } else {
+        const float mean = group_mean, rstd = group_rstd;
+        const int c0 = static_cast<int>(g) * p.channels_per_group;
+        T* go = out + base;
+#pragma unroll
+        for (int k = 0; k < kStagedPacks; ++k) {
+          const uint32_t u = begin + threadIdx.x + k * kStagedThreads;
+          if (u - begin < count) {
+            P v;
+            v.set(0, tile[u - begin]);
+            normalize_silu_store<false>(v, go + static_cast<int64_t>(u) * W, weight, bias, p, c0,
+                                        u, 0u, mean, rstd);
+          }
+        }
+        ++normed;
+      }
+    }
+    __syncthreads();  // the step's shared values, and a normalised slot, free again
+  }
+}
+
+// Resident CTAs of the staged kernel per SM, with its shared memory opted in (0: none fit).
+template <typename T, typename WT>
+inline int staged_ctas_per_sm(const char* op, int device) {
+  static int cached[64] = {0};
+  if (device >= 0 && device < 64 && cached[device]) return cached[device] > 0 ? cached[device] : 0;
+  kernels::allow_dynamic_smem<group_norm_silu_staged<T, WT>>(op, device, kStagedSmem);
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, group_norm_silu_staged<T, WT>,
+                                                    kStagedThreads, kStagedSmem) != cudaSuccess) {
+    cudaGetLastError();
+    per_sm = 0;
+  }
+  if (device >= 0 && device < 64) cached[device] = per_sm > 0 ? per_sm : -1;
+  return per_sm;
+}
+
 template <typename T, typename WT>
 void run(T* out, const T* x, const WT* weight, const WT* bias, float* partial,
          int64_t workspace_floats, int* arrived, int64_t arrived_count, int64_t batch,
          int64_t channels, int64_t spatial, int64_t groups, int64_t max_splits,
-         int64_t stream_min_bytes, int64_t stream_lag_eighths, bool channels_last, float eps,
-         const kernels::Launch& ctx) {
+         int64_t stream_min_bytes, int64_t stream_lag_eighths, int64_t staged_min_bytes,
+         bool channels_last, float eps, const kernels::Launch& ctx) {
   constexpr int P = kernels::Pack<T>::size;
   const int64_t cpg = channels / groups;
   const int64_t elems = cpg * spatial;
@@ -632,10 +919,40 @@ void run(T* out, const T* x, const WT* weight, const WT* bias, float* partial,
   p.channels_per_group = static_cast<int>(cpg);
   p.inv_count = 1.0 / static_cast<double>(elems);
   p.eps = eps;
+  const int64_t x_bytes = ng * elems * static_cast<int64_t>(sizeof(T));
+  // The staged kernel for x of at least staged_min_bytes: packed NC* x on sm_90+, every CTA
+  // resident (a cooperative launch) and their slots holding more than a group.
+  const int64_t staged_tiles_per_group = (units + kStagedTile - 1) / kStagedTile;
+  const int64_t staged_tiles = ng * staged_tiles_per_group;
+  const int64_t words_at = (ng + 2) & ~int64_t{1};  // the group words, 8-byte aligned
+  if (arrived != nullptr && staged_min_bytes >= 0 && x_bytes >= staged_min_bytes && packed &&
+      !channels_last && kernels::pdl_supported(ctx.device) &&
+      kernels::cooperative_supported(ctx.device) && arrived_count >= words_at + 2 * ng &&
+      kernels::is_aligned(arrived, 8) && 2 * staged_tiles <= workspace_floats &&
+      kernels::is_aligned(partial, sizeof(float2)) && staged_tiles < (int64_t{1} << 31)) {
+    const int per_sm = staged_ctas_per_sm<T, WT>(ctx.op, ctx.device);
+    const int64_t grid =
+        std::min<int64_t>(int64_t{per_sm} * kernels::sm_count(ctx.device), staged_tiles);
+    if (per_sm > 0 && grid * kStagedSlots > staged_tiles_per_group) {
+      Staged st;
+      st.tiles_per_group = FastDivmod(static_cast<uint32_t>(staged_tiles_per_group));
+      st.tiles = static_cast<uint32_t>(staged_tiles);
+      st.groups = static_cast<uint32_t>(ng);
+      st.words = reinterpret_cast<unsigned long long*>(arrived + words_at);
+      kernels::LaunchConfig config(dim3(static_cast<unsigned>(grid)), dim3(kStagedThreads),
+                                   kStagedSmem, ctx.stream, false, 0, true);
+      const cudaError_t status = config.launch(group_norm_silu_staged<T, WT>, false, out, x,
+                                               weight, bias, partial, arrived, p, st);
+      if (status != cudaErrorCooperativeLaunchTooLarge) {
+        kernels::check_launch(ctx.op, status);
+        return;
+      }
+      cudaGetLastError();  // fewer CTAs fit than the occupancy said (a shared GPU): streamed
+    }
+  }
   // The streamed kernel for x of at least stream_min_bytes (x larger than L2).
   const int64_t stream_tiles_per_group = (units + kStreamTile - 1) / kStreamTile;
   const int64_t stream_tiles = ng * stream_tiles_per_group;
-  const int64_t x_bytes = ng * elems * static_cast<int64_t>(sizeof(T));
   if (arrived != nullptr && stream_min_bytes >= 0 && x_bytes >= stream_min_bytes &&
       arrived_count >= ng + 1 && 2 * stream_tiles <= workspace_floats &&
       kernels::is_aligned(partial, sizeof(float2))) {
@@ -713,11 +1030,15 @@ void run(T* out, const T* x, const WT* weight, const WT* bias, float* partial,
 // (arrivals, then its ticket counter); an empty tensor selects the two-kernel path.
 // stream_min_bytes: the streamed kernel for x of at least this many bytes (negative: never);
 // stream_lag_eighths: its lag beyond one group, in eighths of its grid (>= 0; kStreamLagEighths).
+// staged_min_bytes: the staged kernel (before the streamed one) for packed NC* x of at least
+// this many bytes (negative: never); it needs arrived of [3 * N * G + 2] (arrivals, tickets, the
+// group words).
 inline void group_norm_silu(tvm::ffi::TensorView out, tvm::ffi::TensorView x, int64_t num_groups,
                             tvm::ffi::TensorView weight, tvm::ffi::TensorView bias, double eps,
                             bool channels_last, tvm::ffi::TensorView workspace,
                             tvm::ffi::TensorView arrived, int64_t max_splits,
-                            int64_t stream_min_bytes, int64_t stream_lag_eighths) {
+                            int64_t stream_min_bytes, int64_t stream_lag_eighths,
+                            int64_t staged_min_bytes) {
   namespace detail = group_norm_silu_detail;
   constexpr const char* kOp = "diffusion.group_norm_silu";
   // 1. Validate.
@@ -783,13 +1104,13 @@ inline void group_norm_silu(tvm::ffi::TensorView out, tvm::ffi::TensorView x, in
                             kernels::data<const float>(weight), kernels::data<const float>(bias),
                             partial, floats, counters, counted, batch, channels, spatial,
                             num_groups, max_splits, stream_min_bytes, stream_lag_eighths,
-                            channels_last, static_cast<float>(eps), ctx);
+                            staged_min_bytes, channels_last, static_cast<float>(eps), ctx);
     } else {
       detail::run<T, T>(kernels::data<T>(out), kernels::data<const T>(x),
                         kernels::data<const T>(weight), kernels::data<const T>(bias), partial,
                         floats, counters, counted, batch, channels, spatial, num_groups,
-                        max_splits, stream_min_bytes, stream_lag_eighths, channels_last,
-                        static_cast<float>(eps), ctx);
+                        max_splits, stream_min_bytes, stream_lag_eighths, staged_min_bytes,
+                        channels_last, static_cast<float>(eps), ctx);
     }
   });
 }

@@ -2,9 +2,11 @@
 
 Backends: CUDA (groups split across CTAs when N x G under-fills the GPU: for x larger than L2 a
 streamed kernel that reads each tile for its statistics and again, from L2, a group later to
-normalise it; else one read of x where a group's tiles can all be resident, register-held tiles
-that wait for their group's statistics; else two kernels, partial sums then the normalisation;
-contiguous NC* or channels-last x) and the pure-torch reference (fp32 math, rounded once).
+normalise it (or, where _STAGED_MIN_BYTES allows, a staged kernel holding each tile in shared
+memory between the two); else one read of x where a group's tiles can all be resident,
+register-held tiles that wait for their group's statistics; else two kernels, partial sums then
+the normalisation; contiguous NC* or channels-last x) and the pure-torch reference (fp32 math,
+rounded once).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ _STREAM_MIN_BYTES = 32 << 20
 # The streamed kernel's lag beyond one group of tiles, in eighths of its grid (kStreamLagEighths
 # in the source): a norm tile then rarely waits for its group's statistics. Tests set 0.
 _STREAM_LAG_EIGHTHS = 5
+# x (packed NC*, sm_90+) of at least this many bytes takes the staged kernel instead: each tile
+# held in shared memory between its two reads (x read from DRAM once whatever L2 keeps).
+# Negative: never. Tests lower it.
+_STAGED_MIN_BYTES = -1
 
 
 def _group_norm_silu_cuda(
@@ -55,13 +61,14 @@ def _group_norm_silu_cuda(
     # entry allocates nothing); every slot that is read is written first, so no zeroing. The
     # one-read kernel needs 2 floats per tile of 2048 units (at most N * G + numel / 2048 tiles)
     # and zeroed arrival counters, one per group; the streamed kernel the same and one more
-    # counter (its tickets). Zeroed per call: a memset node in CUDA graphs, so every replay
-    # starts from zero.
+    # counter (its tickets); the staged kernel those and a zeroed 8-byte word per group (its
+    # statistics, from an 8-byte aligned offset). Zeroed per call: a memset node in CUDA graphs,
+    # so every replay starts from zero.
     groups = x.shape[0] * num_groups
     max_splits = max(1, min(_MAX_SPLITS, 4096 // max(groups, 1)))
     floats = 2 * max(groups * max_splits, groups + x.numel() // _FUSED_TILE + 1)
     workspace = torch.empty(floats, dtype=torch.float32, device=x.device)
-    arrived = torch.zeros(groups + 1, dtype=torch.int32, device=x.device)
+    arrived = torch.zeros(3 * groups + 2, dtype=torch.int32, device=x.device)
     _group_norm_silu_kernels(
         out,
         x,
@@ -75,6 +82,7 @@ def _group_norm_silu_cuda(
         max_splits,
         _STREAM_MIN_BYTES,
         _STREAM_LAG_EIGHTHS,
+        _STAGED_MIN_BYTES,
     )
 
 
