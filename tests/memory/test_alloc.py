@@ -378,3 +378,29 @@ def test_cuda_graph_capture_and_compile():
         fullgraph=True,
     )
     assert compiled(*args).tolist() == expected
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 64, 1500])
+def test_cuda_decode_chain_reads_the_previous_output(batch):
+    """Back-to-back alloc_decode calls, each reading the previous call's slots as its last_loc,
+    eagerly and in one CUDA graph: programmatic dependent launch lets a call start while the
+    previous one runs, and its pdl_wait must still see every slot the previous call wrote."""
+    seq = torch.full((batch,), 3, device="cuda")  # (3 - 1) % 16 != 0: last_loc + 1, no page
+    free = torch.arange(batch, device="cuda")
+    first = torch.arange(batch, device="cuda") * 100
+    steps = 40
+
+    def chain(last):
+        for _ in range(steps):
+            last = alloc_decode(seq, last, free, 16, backend="cuda")
+        return last
+
+    assert torch.equal(chain(first), first + steps)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = chain(first)
+    for _ in range(2):
+        out.zero_()
+        graph.replay()
+        assert torch.equal(out, first + steps)

@@ -47,6 +47,9 @@ __global__ void __launch_bounds__(kMaxThreads) alloc_decode_kernel(bool pdl, Par
     const int64_t s = valid ? p.seq[i] : 1;
     const int64_t l = valid ? p.last[i] : 0;
     const int64_t page = carry + t < p.free_count ? p.free[carry + t] : -1;
+    // The next kernel's launch overlaps this one once the first chunk's loads are out (it waits
+    // in pdl_wait for this grid's stores); at the end it had added its launch latency to B = 1.
+    if (pdl && c == 0) kernels::pdl_launch_dependents();
     const bool needs = valid && memory_detail::floor_mod(s - 1, p.page_size) == 0;
     const unsigned ballot = __ballot_sync(0xffffffffu, needs);
     int rank = __popc(ballot & below);  // within the chunk, once the earlier warps are added
@@ -80,7 +83,6 @@ __global__ void __launch_bounds__(kMaxThreads) alloc_decode_kernel(bool pdl, Par
     carry += chunk_total;
     if (warps > 1) __syncthreads();  // warp_counts and pages are rewritten by the next chunk
   }
-  if (pdl) kernels::pdl_launch_dependents();
 }
 
 }  // namespace alloc_decode_detail
