@@ -111,7 +111,11 @@ def _needs_sm90():
 
 @pytest.fixture
 def streamed(monkeypatch):
-    """Every CUDA call takes the streamed kernel; yields the `arrived` buffers of the calls."""
+    """Every CUDA call takes the streamed kernel (the staged one, which would take packed x of
+    _STAGED_MIN_BYTES on sm_90+, off); yields the `arrived` buffers of the calls."""
+    from kernels_diffusion.ops import group_norm_silu as mod
+
+    monkeypatch.setattr(mod, "_STAGED_MIN_BYTES", -1)
     return _spy_arrived(monkeypatch, "_STREAM_MIN_BYTES")
 
 
@@ -236,7 +240,8 @@ def test_streamed_threshold_edges(streamed, monkeypatch):
 @pytest.mark.parametrize("shape", [(1, 64, 8, 256, 256), (1, 128, 20, 256, 256)], ids=str)
 def test_streamed_default_threshold_large(shape):
     """Shapes above the default threshold (67 MB, and the HunyuanVideo VAE shape, 335 MB of
-    bf16: 32 groups of 320 tiles, stats and norms interleaved ~650 tiles apart) stream."""
+    bf16: 32 groups of 320 tiles, stats and norms interleaved ~650 tiles apart) stream: through
+    the staged kernel on sm_90+ (_STAGED_MIN_BYTES is the same threshold), else the streamed."""
     from kernels_diffusion import reference
     from kernels_diffusion.ops import group_norm_silu as mod
 

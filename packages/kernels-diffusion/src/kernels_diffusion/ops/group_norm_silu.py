@@ -44,8 +44,11 @@ _STREAM_MIN_BYTES = 32 << 20
 _STREAM_LAG_EIGHTHS = 5
 # x (packed NC*, sm_90+) of at least this many bytes takes the staged kernel instead: each tile
 # held in shared memory between its two reads (x read from DRAM once whatever L2 keeps).
-# Negative: never. Tests lower it.
-_STAGED_MIN_BYTES = -1
+# Negative: never. Tests lower it. Timed against the streamed kernel (bf16, us, 2026-12-05):
+# [1, 128, 20, 256, 256] (320 MiB) H200 284.5 -> 251.8, H100 324.6 -> 280.6; [1, 512, 256, 256]
+# (64 MiB) H100 72.4 -> 65.9; [1, 256, 512, 512] (128 MiB) H100 136.9 -> 121.8; so every x the
+# streamed kernel would take ([2, 256, 64, 64], 4 MiB, not: 9.4 -> 10.1 on the H200).
+_STAGED_MIN_BYTES = _STREAM_MIN_BYTES
 
 
 def _group_norm_silu_cuda(
