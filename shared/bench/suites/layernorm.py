@@ -8,8 +8,8 @@ large shapes the floor is the minimum bytes over the measured copy bandwidth (~4
 H200): rmsnorm 32768 x 8192 bf16 moves 1.07 GB, 251 us; fused_add_rmsnorm twice that. Decode
 shapes (1-64 tokens) are latency-bound: ~1-2 us per kernel under CUDA graphs.
 
-KERNELS_BENCH_DTYPE=float16 times the suite in fp16 (default bfloat16: the recorded sweeps), e.g.
-for an A/B of a change that only the fp16 kernels see.
+KERNELS_BENCH_DTYPE=float16 or float32 times the suite in that dtype (default bfloat16: the recorded
+sweeps), e.g. for an A/B of a change that only those kernels see.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from shared.bench.shapes import TOKENS, token_grid
 
 QK_HEADS = ((32, 8),)  # (q heads, k heads) of [T, H, 128]
 HEAD_DIM = 128
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _dtype_name = os.environ.get("KERNELS_BENCH_DTYPE", "bfloat16")
 if _dtype_name not in _DTYPES:
     raise ValueError(f"KERNELS_BENCH_DTYPE={_dtype_name!r}: choose one of {sorted(_DTYPES)}")

@@ -9,11 +9,15 @@
 // scale and shift share a dtype M: x's or float32; weight and bias (optional, either alone)
 // have M's dtype too. The register budget (vectors per thread) shrinks with the operands held
 // beside x: 8 for scale and shift of x's width, 4 for fp32 ones; weight and bias are read at the
-// output (L1/L2-resident).
+// output (L1/L2-resident). The 8-vector kernel (the many-rows plan of long rows) of 16-bit x
+// and per-sample modulation may hold none of them: it reads scale and shift at the output too
+// where that pays (see kLateFrom).
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(6);
+KERNELS_REQUIRE_HEADERS_API(10);
+
+#include <type_traits>
 
 #include <tvm/ffi/optional.h>
 
@@ -52,6 +56,19 @@ struct ScaleShift : Params, rowwise::RowOp {
   static constexpr int kModWords = 4 * static_cast<int>(sizeof(M) / sizeof(T));
   static constexpr int kCost = 4 + 2 * kModWords;
   static constexpr int kMaxVectorsPerThread = kCost <= 12 ? 8 : 4;
+  // Per sample and where it pays (rowwise::late_loads_pay), the 8-vector kernel reads scale and
+  // shift in output(), after the row's statistics, from the L1 every row of the SM shares,
+  // instead of holding them beside x from the row's loads on (bf16: 123-126 registers, 16 warps
+  // an SM; 64-74 late). Measured (bf16, A/B against holding them, 2026-12-05, time ratios):
+  // [1, 32760, 3072] per sample H200 0.91, H100 1.005; [1, 4096, 3072] H200 0.98, H100 1.02; per
+  // token (late loads after an L1 prefetch issued with the row's loads) [1, 16384, 3072] H200
+  // 1.07, so per-token rows keep them. fp32 x holds them, as layernorm's fp32 rows do (late
+  // loads not measured on the H200 there).
+  static constexpr int kLateFrom = std::is_same_v<T, float> ? rowwise::RowOp::kLateFrom : 8;
+  static constexpr bool kLateByLaunch = true;
+  bool late_rows(int64_t rows, int tpr, int device) const {
+    return scale_s.l == 0 && shift_s.l == 0 && rowwise::late_loads_pay(rows, tpr, device);
+  }
   using Pack = kernels::Pack<T, kN>;
   using MPack = kernels::Pack<M, kN>;
   struct Row {
@@ -62,7 +79,10 @@ struct ScaleShift : Params, rowwise::RowOp {
   };
   struct Regs {
     MPack scale, shift;
-    int i;  // the access index, for output()'s weight and bias
+    const M* scale_row;  // with `late`: output()'s loads
+    const M* shift_row;
+    int i;      // the access index, for output()'s loads
+    bool late;  // a constant once inlined: the kernel's kLate
   };
 
   __device__ __forceinline__ Row row(int64_t r) const {
@@ -78,28 +98,42 @@ struct ScaleShift : Params, rowwise::RowOp {
                                              kernels::Cache cache) const {
     x.load(row.in + i * kN, cache);
   }
-  __device__ __forceinline__ void load_operands(const Row& row, int i, Regs& g) const {
-    if (scale_s.l == 0) {  // per sample: every token of the sample reads it
-      g.scale.load_cached(row.scale + i * kN);
+  // Access i of scale and shift: per sample (L stride 0, every token of the sample reads it)
+  // through the read-only path, per token streamed.
+  __device__ __forceinline__ void load_operands(const M* scale_row, const M* shift_row, int i,
+                                                MPack& scale, MPack& shift) const {
+    if (scale_s.l == 0) {
+      scale.load_cached(scale_row + i * kN);
     } else {
-      g.scale.load_stream(row.scale + i * kN);
+      scale.load_stream(scale_row + i * kN);
     }
     if (shift_s.l == 0) {
-      g.shift.load_cached(row.shift + i * kN);
+      shift.load_cached(shift_row + i * kN);
     } else {
-      g.shift.load_stream(row.shift + i * kN);
+      shift.load_stream(shift_row + i * kN);
+    }
+  }
+  __device__ __forceinline__ void load(const Row& row, int i, Regs& g, bool late,
+                                       kernels::Cache) const {
+    if (!late) {
+      load_operands(row.scale, row.shift, i, g.scale, g.shift);
+    } else {
+      g.scale_row = row.scale;
+      g.shift_row = row.shift;
+      // The access's addresses consumed here, with the row's loads (an empty asm, no code):
+      // without it nvcc held more across the statistics (sm_90a: fp16 128 registers, not 64).
+      asm volatile("" ::"l"(row.scale + i * kN), "l"(row.shift + i * kN));
     }
     g.i = i;
-  }
-  __device__ __forceinline__ void load(const Row& row, int i, Regs& g, bool,
-                                       kernels::Cache) const {
-    load_operands(row, i, g);
+    g.late = late;
   }
   // Passes 0 and 1 (mean, variance) read the row; pass 2 the row and the operands.
   __device__ __forceinline__ void load_pass(int pass, const Row& row, int i, Pack& x,
                                             Regs& g) const {
     x.load(row.in + i * kN);
-    if (pass == kStats) load_operands(row, i, g);
+    if (pass == kStats) load_operands(row.scale, row.shift, i, g.scale, g.shift);
+    g.i = i;
+    g.late = false;
   }
   // The mean, then rstd from the centred squares (rowwise::layernorm_accumulate).
   __device__ __forceinline__ float accumulate(int s, const Pack& x, const float* stats, float acc,
@@ -110,8 +144,22 @@ struct ScaleShift : Params, rowwise::RowOp {
     return rowwise::layernorm_finish(s, sum, shape, eps);
   }
   __device__ __forceinline__ Pack output(const Pack& x, const Regs& g, const float* stats) const {
+    MPack scale = g.scale, shift = g.shift;
+    if (g.late) {  // per sample (late_rows)
+      scale.load_cached(g.scale_row + g.i * kN);
+      shift.load_cached(g.shift_row + g.i * kN);
+    }
+    Pack xr = x;
+    if constexpr (kN * sizeof(T) % kernels::kVectorBytes == 0) {
+      if (g.late) {
+        // x unpacked again from its packed words (opaque to nvcc), not kept as the fp32 values
+        // of the statistics' passes (bf16: 91 registers instead of 64 otherwise).
+#pragma unroll
+        for (int k = 0; k < Pack::kWords; ++k) asm volatile("" : "+r"(xr.w[k]));
+      }
+    }
     float a[kN], c[kN];
-    x.unpack(a);
+    xr.unpack(a);
 #pragma unroll
     for (int k = 0; k < kN; ++k) a[k] = (a[k] - stats[0]) * stats[1];
     if constexpr (kAffine) {
@@ -129,10 +177,10 @@ struct ScaleShift : Params, rowwise::RowOp {
         for (int k = 0; k < kN; ++k) a[k] += c[k];
       }
     }
-    g.scale.unpack(c);
+    scale.unpack(c);
 #pragma unroll
     for (int k = 0; k < kN; ++k) a[k] *= 1.0f + c[k];
-    g.shift.unpack(c);
+    shift.unpack(c);
 #pragma unroll
     for (int k = 0; k < kN; ++k) a[k] += c[k];
     Pack y;

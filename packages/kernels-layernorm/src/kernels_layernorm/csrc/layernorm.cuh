@@ -10,7 +10,9 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(8);
+KERNELS_REQUIRE_HEADERS_API(10);
+
+#include <type_traits>
 
 #include <tvm/ffi/optional.h>
 
@@ -43,8 +45,28 @@ struct LayerNorm : Params, rowwise::RowOp {
     const T* in;
     T* out;
   };
+  // The 8-vector kernel (the many-rows plan of long rows) of 16-bit rows reads the weight and
+  // bias in output(), after the row's statistics, from the L1 every row of the SM shares, where
+  // that pays (rowwise::late_loads_pay) -- instead of holding them beside x from the row's loads
+  // on: 124 registers in bf16, 64 late. In fp16 holding them spills (128 registers and 96 bytes
+  // of stack; 107 late: no more rows in flight), so there the late kernel runs past two waves, on
+  // any DRAM. Measured (A/B against holding them, 2026-12-05, time ratios): fp16 8192 / 32768 x
+  // 4096-8192 H200 0.79-0.84, H100 0.88-0.94; 1024 rows 1.03-1.07 (H200) if late. fp32 (121
+  // registers, 62 late) holds them: on the H100 late loads gave 0.97 at 1024 x 4096 but 1.02-1.05
+  // at 1024 x 7168 / 8192, and they were not measured on the H200.
+  static constexpr int kLateFrom = std::is_same_v<T, float> ? rowwise::RowOp::kLateFrom : 8;
+  static constexpr bool kLateByLaunch = true;
+  bool late_rows(int64_t rows, int tpr, int device) const {
+    if constexpr (std::is_same_v<T, __half>) {
+      return rowwise::rows_past_held_waves(rows, tpr, device, 2);
+    } else {
+      return rowwise::late_loads_pay(rows, tpr, device);
+    }
+  }
   struct Regs {
     WPack w, b;
+    int i;      // the access, for output()'s late loads
+    bool late;  // a constant once inlined: the kernel's kLate
   };
 
   __device__ __forceinline__ Row row(int64_t r) const {
@@ -60,13 +82,17 @@ struct LayerNorm : Params, rowwise::RowOp {
     g.w.load_cached(static_cast<const W*>(weight) + i * kN);
     if (bias != nullptr) g.b.load_cached(static_cast<const W*>(bias) + i * kN);
   }
-  __device__ __forceinline__ void load(const Row&, int i, Regs& g, bool, kernels::Cache) const {
-    load_weights(i, g);
+  __device__ __forceinline__ void load(const Row&, int i, Regs& g, bool late,
+                                       kernels::Cache) const {
+    g.i = i;
+    g.late = late;
+    if (!late) load_weights(i, g);
   }
   // Passes 0 and 1 (mean, variance) read the row; pass 2 the row, weight and bias.
   __device__ __forceinline__ void load_pass(int pass, const Row& row, int i, Pack& x,
                                             Regs& g) const {
     x.load(row.in + i * kN);
+    g.late = false;
     if (pass == kStats) load_weights(i, g);
   }
   // The mean, then rstd from the centred squares (rowwise::layernorm_accumulate).
@@ -77,7 +103,10 @@ struct LayerNorm : Params, rowwise::RowOp {
   __device__ __forceinline__ float finish(int s, float sum) const {
     return rowwise::layernorm_finish(s, sum, shape, eps);
   }
-  __device__ __forceinline__ Pack output(const Pack& x, const Regs& g, const float* stats) const {
+  __device__ __forceinline__ Pack output(const Pack& x, const Regs& regs, const float* stats) const {
+    Regs late;
+    if (regs.late) load_weights(regs.i, late);
+    const Regs& g = regs.late ? late : regs;
     float a[kN], c[kN];
     x.unpack(a);
     g.w.unpack(c);

@@ -62,6 +62,19 @@ inline int sm_count(int device) {
   return count;
 }
 
+// The device's peak DRAM bandwidth in GB/s, from its memory clock and bus width (double data
+// rate): H100 SXM 3352, H200 4097 (its HBM3e's 4.8 TB/s is not what the attributes give).
+inline int dram_gbps(int device) {
+  static int cached[64] = {0};
+  if (device < 64 && cached[device]) return cached[device];
+  int khz = 0, bits = 0;
+  cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device);
+  cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device);
+  const int gbps = static_cast<int>(2.0 * khz * 1e3 * (bits / 8) / 1e9);
+  if (device < 64) cached[device] = gbps;
+  return gbps;
+}
+
 // The smallest power of two >= x (1 for x <= 1), at most 2^30.
 inline int next_pow2(int64_t x) {
   int p = 1;

@@ -24,9 +24,9 @@
 //   finish(s, sum)             the row's sum -> statistic s (mean, rstd)
 //   output(x, regs, stats)     the output access (weight, 1 + weight, bias)
 // and optionally kMaxVectorsPerThread (register budget), kRegisterMinVectors (shorter rows take
-// the loop kernel), kLateFrom and kSplitRows (see "Split rows"). The hooks are general enough
-// for the row ops still to come (per-token absmax quantization, adaLN scale/shift,
-// moe_sum_reduce, all-reduce + rmsnorm).
+// the loop kernel), kLateFrom (with kLateByLaunch and late_rows, a host choice per launch) and
+// kSplitRows (see "Split rows"). The hooks are general enough for the row ops still to come
+// (per-token absmax quantization, adaLN scale/shift, moe_sum_reduce, all-reduce + rmsnorm).
 //
 // Thread layout. A row is split over `tpr` threads ("threads per row"). Either tpr <= 32 is a power
 // of two and the row's threads are an aligned group of lanes of one warp (reduction: shuffles
@@ -223,6 +223,31 @@ __device__ __forceinline__ float layernorm_finish(int s, float sum, const RowSha
 // from moving loads across stores).
 constexpr int kLoopBatch = 4;
 
+// Threads an SM of the 8-vector register kernels that hold their operands beside x (121-128
+// registers: 16 warps).
+constexpr int kHeldThreadsPerSm = 512;
+// Peak DRAM bandwidth (kernels::dram_gbps) from which those 16 warps an SM keep too few bytes in
+// flight over many waves of rows: the H200 (4097) gained from late loads there, the H100 (3352)
+// did not (see late_loads_pay).
+constexpr int kLateMinDramGbps = 3800;
+
+// Whether `rows` rows of `tpr` threads exceed `waves` waves of such a kernel on `device`: where
+// they do not, the rows are all in flight at once and late loads only add their round trip.
+inline bool rows_past_held_waves(int64_t rows, int tpr, int device, int waves) {
+  return rows > int64_t{waves} * kernels::sm_count(device) * (kHeldThreadsPerSm / tpr);
+}
+
+// Where the 8-vector kernel with late loads (twice the rows in flight or more) beats the one
+// holding its operands: past one wave of the latter, it runs two waves' rows in one; past two, it
+// pays only where DRAM outruns what 16 warps an SM keep in flight. Measured (layernorm bf16 A/B,
+// 2026-12-05, time ratios late / held): 1024 x 7168 / 8192 H200 0.92 / 0.93, H100 0.92 / 0.93;
+// 8192-32768 rows H200 0.93-0.99, H100 1.004-1.006.
+inline bool late_loads_pay(int64_t rows, int tpr, int device) {
+  return rows_past_held_waves(rows, tpr, device, 1) &&
+         (!rows_past_held_waves(rows, tpr, device, 2) ||
+          kernels::dram_gbps(device) >= kLateMinDramGbps);
+}
+
 // Defaults of the op hooks: no update, no late loads, no intermediate stores, 8 vectors per
 // thread at most, every register kernel built, rows split at decode.
 struct RowOp {
@@ -234,6 +259,14 @@ struct RowOp {
   static constexpr int kRegisterMinVectors = 1;
   // Vectors per thread from which load() leaves some operands to load_late().
   static constexpr int kLateFrom = 1 << 30;
+  // Whether launch_rows asks late_rows per launch between the kLateFrom kernel with late loads
+  // and the same kernel holding every operand from the row's loads on (both then instantiated):
+  // late loads free registers for more rows in flight but add a round trip per vector after the
+  // statistics, which only pays where the rows exceed what the holding kernel keeps in flight.
+  static constexpr bool kLateByLaunch = false;
+  bool late_rows(int64_t rows, int tpr, int device) const {
+    return late_loads_pay(rows, tpr, device);
+  }
   template <typename Pack, typename Regs>
   __device__ __forceinline__ void update(int, Pack&, Regs&, const float*) const {}
   template <typename Row, typename Regs>
@@ -255,11 +288,13 @@ constexpr kernels::Cache kRowLoads =
 // The register kernel: the row stays in registers from its one read to its one write (the
 // minimum traffic). Rows up to kMaxBlock * kVectorsPerThread vectors. kSplit: launched in
 // clusters of s.split CTAs per row, each over its slice (split_sum combines the statistics).
-template <typename Op, int kVectorsPerThread, bool kSplit = false>
+// kLate: load() leaves operands to load_late() (from Op::kLateFrom vectors per thread, unless the
+// host chose otherwise: RowOp::kLateByLaunch).
+template <typename Op, int kVectorsPerThread, bool kSplit = false,
+          bool kLate = (kVectorsPerThread >= Op::kLateFrom)>
 __global__ void __launch_bounds__(kMaxBlock) row_registers(bool pdl, const __grid_constant__ Op op) {
   constexpr int kN = Op::kN;
   constexpr int kStats = Op::kStats;
-  constexpr bool kLate = kVectorsPerThread >= Op::kLateFrom;
   using P = typename Op::Pack;
   using Regs = typename Op::Regs;
   __shared__ float shared[kStats][32];
@@ -598,6 +633,7 @@ inline void launch_rows(const kernels::Launch& ctx, const Params& params, bool v
       }
     }
     const Plan plan = plan_registers(vectors, rows, ctx.device, VecOp::kMaxVectorsPerThread);
+    const VecOp op{params};
     void (*kernel)(bool, VecOp) = nullptr;
     switch (plan.vectors_per_thread) {
       case 1:
@@ -610,13 +646,19 @@ inline void launch_rows(const kernels::Launch& ctx, const Params& params, bool v
         kernel = row_registers<VecOp, 4>;
         break;
       case 8:
-        if constexpr (VecOp::kMaxVectorsPerThread >= 8) kernel = row_registers<VecOp, 8>;
+        if constexpr (VecOp::kMaxVectorsPerThread >= 8) {
+          kernel = row_registers<VecOp, 8>;
+          if constexpr (VecOp::kLateByLaunch && 8 >= VecOp::kLateFrom) {
+            if (!op.late_rows(rows, plan.tpr, ctx.device))
+              kernel = row_registers<VecOp, 8, false, false>;
+          }
+        }
         break;
     }
     TVM_FFI_CHECK(kernel != nullptr, InternalError)
         << ctx.op << ": no register kernel of " << plan.vectors_per_thread
         << " vectors per thread";
-    return launch_plan(ctx, kernel, plan, VecOp{params});
+    return launch_plan(ctx, kernel, plan, op);
   }
   if (vector) {
     return launch_plan(ctx, row_loop<VecOp>, plan_loop(vectors, rows, ctx.device),

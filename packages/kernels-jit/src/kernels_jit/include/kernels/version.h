@@ -20,10 +20,12 @@
 // (kernels::push_barrier_init, cluster_push, push_barrier_wait). 9: kernels/bulk.cuh (TMA bulk
 // copies, their mbarriers and L2 policies: kernels::shared_address, l2_evict_first,
 // l2_evict_last, mbarrier_init, mbarrier_init_fence, mbarrier_expect_tx, mbarrier_wait,
-// bulk_load, bulk_store, bulk_commit, bulk_wait_read).
+// bulk_load, bulk_store, bulk_commit, bulk_wait_read). 10: the late-load register kernel chosen
+// per launch (rowwise::RowOp::kLateByLaunch and late_rows, row_registers's kLate,
+// rowwise::late_loads_pay and rows_past_held_waves); kernels::dram_gbps.
 #pragma once
 
-#define KERNELS_HEADERS_API 9
+#define KERNELS_HEADERS_API 10
 
 #define KERNELS_STRINGIFY_(x) #x
 #define KERNELS_STRINGIFY(x) KERNELS_STRINGIFY_(x)
