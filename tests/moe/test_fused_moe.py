@@ -25,11 +25,20 @@ TOL = {
 }
 
 
+def _expert_weights(shape, scale, dtype, device, g, seed):
+    """On the CPU from the shared generator `g`; on the GPU drawn there, in the dtype: DeepSeek's
+    w1 and w2 (11e9 values) took tens of seconds a test when drawn on the host in fp32."""
+    if torch.device(device).type == "cpu":
+        return (torch.randn(*shape, generator=g) * scale).to(dtype)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(*shape, generator=gen, dtype=dtype, device=device).mul_(scale)
+
+
 def _inputs(tokens, k, experts, dim, inter, dtype, device="cpu", seed=0, filtered=True):
     g = torch.Generator().manual_seed(seed)
     hidden = (torch.randn(tokens, dim, generator=g) * 0.5).to(dtype).to(device)
-    w1 = (torch.randn(experts, 2 * inter, dim, generator=g) * dim**-0.5).to(dtype).to(device)
-    w2 = (torch.randn(experts, dim, inter, generator=g) * inter**-0.5).to(dtype).to(device)
+    w1 = _expert_weights((experts, 2 * inter, dim), dim**-0.5, dtype, device, g, seed)
+    w2 = _expert_weights((experts, dim, inter), inter**-0.5, dtype, device, g, seed + 1)
     low = -1 if filtered else 0
     ids = torch.randint(low, experts, (tokens, k), generator=g, dtype=torch.int32).to(device)
     weights = torch.rand(tokens, k, generator=g).to(device)
