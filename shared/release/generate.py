@@ -56,6 +56,7 @@ HEADERS_API_SINCE = {
     7: "0.2.0",
     8: "0.2.0",
     9: "0.2.0",
+    10: "0.2.0",
 }
 _REQUIRES_HEADERS = re.compile(r"^KERNELS_REQUIRE_HEADERS_API\((\d+)\)", re.M)
 # Groups with Triton backends (moe.fused_moe, attention.decode_attention) declare Triton, which
