@@ -25,7 +25,7 @@
 #pragma once
 
 #include <kernels/version.h>
-KERNELS_REQUIRE_HEADERS_API(9);
+KERNELS_REQUIRE_HEADERS_API(10);
 
 #include <kernels/activation_math.cuh>
 #include <kernels/bulk.cuh>
@@ -662,20 +662,6 @@ __device__ __forceinline__ bool word_ready(unsigned long long w) {
   return static_cast<uint32_t>(w >> 32) != 0u;
 }
 
-// Whether the bulk copies of the slot's current use (parity) have all landed, without waiting.
-__device__ __forceinline__ bool slot_landed(uint32_t bar, uint32_t parity) {
-  uint32_t done = 1;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, "
-      "p; }"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-#endif
-  return done != 0;
-}
-
 template <typename T, typename WT>
 __global__ void __launch_bounds__(kStagedThreads, 2)
     group_norm_silu_staged(bool pdl, T* __restrict__ out, const T* __restrict__ x,
@@ -756,8 +742,9 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
           group = need;
         }
         const bool can_sum = summed < issued;
-        if (can_sum && (slot_landed(bars + 8 * (summed % kStagedSlots),
-                                    (summed / kStagedSlots) & 1u) ||
+        // Preferably a tile whose bulk copies have landed.
+        if (can_sum && (kernels::mbarrier_test(bars + 8 * (summed % kStagedSlots),
+                                               (summed / kStagedSlots) & 1u) ||
                         !norm_ready)) {
           d = kStagedStats;
         } else if (normed < summed) {

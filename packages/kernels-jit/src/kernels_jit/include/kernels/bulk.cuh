@@ -5,7 +5,7 @@
 //   mbarrier_init(bar) (one arrival), then mbarrier_init_fence() before any copy may complete on
 //     it; per use: mbarrier_expect_tx(bar, bytes) by the thread that issues the copies,
 //     bulk_load(dst, src, bytes, bar, policy) for each, mbarrier_wait(bar, parity) by the readers
-//     (parity: the barrier's use count mod 2).
+//     (parity: the barrier's use count mod 2); mbarrier_test(bar, parity) asks without waiting.
 //   bulk_store(dst, src, bytes) into this thread's current bulk group, bulk_commit() to close it,
 //     bulk_wait_read<N>() until at most N of its groups may still read their shared memory.
 // Addresses of shared memory are 32-bit shared-window addresses (shared_address); copies move a
@@ -75,6 +75,21 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 #endif
+}
+
+// Whether the phase of bar with this parity has completed, without waiting (true below sm_90,
+// where nothing is copied).
+__device__ __forceinline__ bool mbarrier_test(uint32_t bar, uint32_t parity) {
+  uint32_t done = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, "
+      "p; }"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+#endif
+  return done != 0;
 }
 
 // Global -> shared, completing its bytes on bar, with an L2 policy (l2_evict_first, ...).

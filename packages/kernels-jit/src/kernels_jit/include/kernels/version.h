@@ -22,7 +22,7 @@
 // l2_evict_last, mbarrier_init, mbarrier_init_fence, mbarrier_expect_tx, mbarrier_wait,
 // bulk_load, bulk_store, bulk_commit, bulk_wait_read). 10: the late-load register kernel chosen
 // per launch (rowwise::RowOp::kLateByLaunch and late_rows, row_registers's kLate,
-// rowwise::late_loads_pay and rows_past_held_waves); kernels::dram_gbps.
+// rowwise::late_loads_pay and rows_past_held_waves); kernels::dram_gbps; kernels::mbarrier_test.
 #pragma once
 
 #define KERNELS_HEADERS_API 10
