@@ -4,6 +4,7 @@
     python -m shared.bench.fetch_peers vllm     # .peers/vllm/_moe_C...so, _C...so.xz
     python -m shared.bench.fetch_peers vllm_fused_moe  # .peers/vllm_fused_moe/kernel.py, configs/
     python -m shared.bench.fetch_peers vllm_decode_attention  # .peers/vllm_decode_attention/
+    python -m shared.bench.fetch_peers sglang_memory  # .peers/sglang_memory/kernel.py
 
 Each downloads the wheel named in ``../shared/brief/GPU.md`` (the torch-2.11 era releases that
 load on the lent H200: sglang-kernel 0.4.5, vLLM 0.33.0) with pip, extracts only the libraries the
@@ -19,6 +20,9 @@ the repository.
 cut out with ``ast`` into ``.peers/vllm_fused_moe/kernel.py`` (behind ``import triton``), and its
 shipped H200 bf16 configs (``configs/E=*,N=*,device_name=NVIDIA_H200.json``) into
 ``.peers/vllm_fused_moe/configs/``, for ``shared.bench.peer_fused_moe`` (a few hundred KB).
+``sglang_memory`` takes SGLang's Triton memory kernels (alloc_decode, alloc_extend, get_last_loc:
+``sglang/kernels/ops/memory/{allocator,common}.py`` of the sglang 0.5.23 wheel) into
+``.peers/sglang_memory/kernel.py`` for the memory suite, which launches them as SGLang does.
 """
 
 from __future__ import annotations
@@ -43,6 +47,12 @@ PEERS = {
         ["--abi", "abi3", "--platform", "manylinux2014_x86_64"],
         {"sgl_kernel/sm90/common_ops.abi3.so": "common_ops.abi3.so"},
     ),
+    # SGLang's Python package, for the Triton kernels the SOURCES below cut out of it.
+    "sglang_python": (
+        "sglang==0.5.23",
+        ["--platform", "manylinux_2_34_x86_64", "--platform", "manylinux_2_28_x86_64"],
+        {},
+    ),
     "vllm": (
         "vllm==0.33.0",
         ["--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64"],
@@ -55,21 +65,34 @@ PEERS = {
 # Sources cut out of a wheel by a function of their own: name -> (wheel of PEERS, extractor).
 VLLM_FUSED_MOE = "vllm/model_executor/layers/fused_moe/fused_moe.py"
 VLLM_CONFIGS = "vllm/model_executor/layers/fused_moe/configs/"
-SOURCES = {"vllm_fused_moe": "vllm", "vllm_decode_attention": "vllm"}
+SGLANG_MEMORY = ("sglang/kernels/ops/memory/allocator.py", "sglang/kernels/ops/memory/common.py")
+SGLANG_MEMORY_KERNELS = ("alloc_decode_kernel", "alloc_extend_kernel", "get_last_loc_kernel")
+SOURCES = {
+    "vllm_fused_moe": "vllm",
+    "vllm_decode_attention": "vllm",
+    "sglang_memory": "sglang_python",
+}
 VLLM_DECODE_ATTENTION = "vllm/v1/attention/ops/triton_decode_attention.py"
 
 
-def jit_functions(source: str) -> str:
-    """The ``@triton.jit`` functions of a module, alone, behind the imports they need."""
+def jit_functions(source: str, project: str = "vLLM", names: tuple[str, ...] = ()) -> str:
+    """The ``@triton.jit`` functions of a module (those in ``names``, if given), alone, behind
+    the imports they need."""
     tree = ast.parse(source)
     kept = []
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and any(
-            "jit" in ast.unparse(d) for d in node.decorator_list
+        if (
+            isinstance(node, ast.FunctionDef)
+            and any("jit" in ast.unparse(d) for d in node.decorator_list)
+            and (not names or node.name in names)
         ):
-            node.decorator_list = [ast.parse("triton.jit", mode="eval").body]
+            # triton.jit with the source's own options (do_not_specialize), for any jit alias.
+            jit = next(d for d in node.decorator_list if "jit" in ast.unparse(d))
+            if not ast.unparse(jit).startswith("triton.jit"):
+                jit = ast.parse("triton.jit", mode="eval").body
+            node.decorator_list = [jit]
             kept.append(ast.unparse(node))
-    header = '"""Cut from vLLM (Apache-2.0) by shared/bench/fetch_peers.py; never committed."""\n'
+    header = f'"""Cut from {project} (Apache-2.0) by fetch_peers.py; never committed."""\n'
     return header + "import triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join(kept) + "\n"
 
 
@@ -102,9 +125,22 @@ def extract_vllm_decode_attention(archive: zipfile.ZipFile, target: Path) -> lis
     return [kernel]
 
 
+def extract_sglang_memory(archive: zipfile.ZipFile, target: Path) -> list[Path]:
+    """SGLang's Triton allocator and last-location kernels, as they are (their launches, one
+    program per request with ``bs_upper`` the next power of two, are the memory suite's)."""
+    parts = [
+        jit_functions(archive.read(m).decode(), "SGLang", SGLANG_MEMORY_KERNELS)
+        for m in SGLANG_MEMORY
+    ]
+    kernel = target / "kernel.py"
+    kernel.write_text(parts[0] + "\n\n" + parts[1].split("\n\n\n", 1)[1])
+    return [kernel]
+
+
 EXTRACTORS = {
     "vllm_fused_moe": extract_vllm_fused_moe,
     "vllm_decode_attention": extract_vllm_decode_attention,
+    "sglang_memory": extract_sglang_memory,
 }
 
 

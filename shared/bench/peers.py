@@ -29,6 +29,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import sys
 import time
 import types
 from collections.abc import Callable, Sequence
@@ -405,6 +406,25 @@ def vllm() -> Any | None:
 
 
 # --- what ran ------------------------------------------------------------------------------------
+
+
+@functools.cache
+def peer_source(name: str, entry: str) -> types.ModuleType | None:
+    """The peer source that ``shared.bench.fetch_peers <name>`` cut into
+    ``.peers/<name>/kernel.py``, imported as a module of its own, or None where it is absent,
+    does not load or lacks ``entry`` (a peer's function or kernel the suite calls)."""
+    path = PEERS_DIR / name / "kernel.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location(f"kernels_peer_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # triton reads the kernels' source through their module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # a source the cut cannot load is reported absent
+        print(f"peer {name}: {path} does not load ({type(exc).__name__}: {exc})")
+        return None
+    return module if hasattr(module, entry) else None
 
 
 def _version(dist: str) -> str | None:

@@ -103,6 +103,8 @@ def test_residual_gate_add_errors():
         (2, 7, 65),
         (2, 16, 1024),
         (1, 300, 3072),
+        (1, 1500, 3072),  # past one wave of the held 8-vector kernel: late per-sample loads
+        (1, 2900, 3072),  # past two waves (late on the H200's DRAM only)
         (2, 3, 12288),
         (1, 7, 8192),
         (2, 32, 4104),

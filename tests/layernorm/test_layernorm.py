@@ -32,6 +32,10 @@ def _params():
     ]
     shapes = [(t, h) for h in GPU_HIDDEN for t in TOKENS]
     shapes += [(t, h) for h in LONG_HIDDEN for t in (1, 7, 128)]
+    # The late-load kernel is chosen per launch (rowwise::late_loads_pay): 16-bit rows of 7168 or
+    # 8192 take it past one wave of the kernel holding its operands (528 rows on 132 SMs: the
+    # 1000-row cases, bf16 only) and past two (2900 rows: fp16 too, on DRAM of >= 3800 GB/s).
+    shapes += [(2900, h) for h in (7168, 8192)]
     cases += [
         pytest.param(
             "cuda", dtype, t, h, id=f"cuda-{str(dtype)[6:]}-{t}x{h}", marks=pytest.mark.gpu

@@ -15,8 +15,6 @@ moe_config``), else vLLM's default for unquantised bf16 (BLOCK_M 16/64 by M <= E
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import inspect
 import json
 from pathlib import Path
@@ -24,25 +22,14 @@ from typing import Any
 
 import torch
 
-from shared.bench.peers import PEERS_DIR
+from shared.bench.peers import PEERS_DIR, peer_source
 
 PEER_DIR = PEERS_DIR / "vllm_fused_moe"
 
 
-@functools.cache
 def kernel_module() -> Any | None:
     """The extracted kernel module, or None when absent (not fetched) or not loadable."""
-    path = PEER_DIR / "kernel.py"
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("vllm_fused_moe_peer", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # a source this cut cannot load is reported absent
-        print(f"peer vllm_fused_moe: {path} does not load ({type(exc).__name__}: {exc})")
-        return None
-    return module if hasattr(module, "fused_moe_kernel") else None
+    return peer_source("vllm_fused_moe", "fused_moe_kernel")
 
 
 def config_file(experts: int, inter: int) -> Path | None:

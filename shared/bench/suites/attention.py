@@ -37,9 +37,6 @@ capture forbids): torch_eager and torch_compile run the same arithmetic without 
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import sys
 from collections.abc import Iterator
 
 import torch
@@ -48,10 +45,10 @@ import kernels_attention as attention  # the public ops, resolved lazily by the 
 from kernels_attention import reference
 from shared.bench.harness import Case
 from shared.bench.peers import (
-    PEERS_DIR,
     Checked,
     flashinfer,
     flashinfer_pdl,
+    peer_source,
     sglang,
     torch_compile,
     vllm,
@@ -292,17 +289,10 @@ PAGE = 16
 VLLM_DECODE_SPLITS = 8
 
 
-@functools.cache
 def _vllm_decode_attention():
     """``decode_attention_fwd`` of the vLLM Triton source in .peers/, or None where absent."""
-    path = PEERS_DIR / "vllm_decode_attention" / "kernel.py"
-    if not path.exists():
-        return None
-    spec = importlib.util.spec_from_file_location("kernels_peer_vllm_decode_attention", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # triton reads the kernels' source through their module
-    spec.loader.exec_module(module)
-    return module.decode_attention_fwd
+    module = peer_source("vllm_decode_attention", "decode_attention_fwd")
+    return None if module is None else module.decode_attention_fwd
 
 
 def _vllm_decode_call(fwd, s: dict) -> torch.Tensor:

@@ -1,8 +1,13 @@
 """Benchmarks of the memory group: our CUDA kernels against the sync-free torch expressions an
 engine would run in eager mode (``torch_eager``) and torch.compile of them. The group's torch
 references validate index values on the host (a device-to-host sync, not capturable in the CUDA
-graphs the harness times), so they are the oracle, not the timed peer. The SGLang Triton kernels
-of these ops are not on the device; vLLM 0.33.0 has no copy_blocks (v1 dropped it).
+graphs the harness times), so they are the oracle, not the timed peer. Peer ``sglang_triton``:
+SGLang's Triton kernels of alloc_decode, alloc_extend and get_last_loc (sglang 0.5.23, cut by
+``python -m shared.bench.fetch_peers sglang_memory`` into the ignored ``.peers/sglang_memory/``;
+skipped where absent), launched as SGLang's allocator launches them (one program per request,
+the batch's next power of two as a constant) and checked exactly against the torch expressions.
+SGLang's write_req_to_token_pool kernel also copies each request's radix prefix (another op's
+work) and has no peer row; vLLM 0.33.0 has no copy_blocks (v1 dropped it).
 
 Shapes: B in (1, 64, 256, 1024) requests; req_to_token [4096, 16384] int32 (one table shared by
 every set); decode (one new token per request) and extend (prefix 0-4095, 1-512 new tokens, page
@@ -20,7 +25,7 @@ import torch
 
 import kernels_memory as memory
 from shared.bench.harness import Case
-from shared.bench.peers import torch_compile
+from shared.bench.peers import Checked, peer_source, torch_compile
 
 ROWS, COLS = 4096, 16384
 BATCHES = (1, 64, 256, 1024)
@@ -82,6 +87,57 @@ def _torch_copy_blocks(caches, mapping):
         cache[dst] = cache[src]
 
 
+# --- SGLang's Triton kernels, launched as its allocator and scheduler do --------------------------
+
+
+def _sglang_kernels():
+    return peer_source("sglang_memory", "alloc_decode_kernel")
+
+
+def _sglang_last_loc(k, table, index, prefix):
+    out = torch.empty_like(prefix)
+    n = prefix.shape[0]
+    k.get_last_loc_kernel[(-(-n // 256),)](table, index, prefix, out, n, table.stride(0), 256)
+    return out
+
+
+def _sglang_decode(k, seq, last, free):
+    bs = seq.shape[0]
+    out = torch.empty(bs, dtype=torch.int64, device=seq.device)
+    k.alloc_decode_kernel[(bs,)](seq, last, free, out, _next_pow2(bs), PAGE)
+    return out
+
+
+def _sglang_extend(k, prefix, seq, last, free, total):
+    bs = seq.shape[0]
+    out = torch.empty(total, dtype=torch.int64, device=seq.device)
+    k.alloc_extend_kernel[(bs,)](prefix, seq, last, free, out, _next_pow2(bs), PAGE)
+    return out
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _sglang_peer(impls: dict, call, expected) -> None:
+    """impls["sglang_triton"] where the source is there: ``call(kernels, inputs)`` checked
+    exactly (slots split in 16-bit halves, each exact in the check's fp32) against ``expected``."""
+    kernels = _sglang_kernels()
+    if kernels is None:
+        return
+
+    def halves(_, out):
+        return out >> 16, out & 0xFFFF
+
+    impls["sglang_triton"] = Checked(
+        lambda s: call(kernels, s),
+        expected=lambda s: halves(s, expected(s)),
+        outputs=halves,
+        atol=0,
+        rtol=0,
+    )
+
+
 # --- the requests --------------------------------------------------------------------------------
 
 
@@ -116,21 +172,27 @@ def last_loc_cases(quick: bool) -> Iterator[Case]:
             return {**_on_gpu(_requests(batch, False, batch)), "table": _table()}
 
         ref = _torch_last_loc
+        impls = {
+            "cuda": lambda s: memory.get_last_loc(
+                s["table"], s["index"], s["prefix"], backend="cuda"
+            ),
+            "torch_eager": lambda s: _torch_last_loc(s["table"], s["index"], s["prefix"]),
+            "torch_compile": torch_compile(
+                ref, [batch], lambda f, s: f(s["table"], s["index"], s["prefix"])
+            ),
+        }
+        _sglang_peer(
+            impls,
+            lambda k, s: _sglang_last_loc(k, s["table"], s["index"], s["prefix"]),
+            lambda s: _torch_last_loc(s["table"], s["index"], s["prefix"]),
+        )
         yield Case(
             op="get_last_loc",
             shape=[batch],
             dtype=torch.int64,
             bytes=batch * (8 + 8 + 4 + 8),  # index, prefix, one table entry, out
             make_inputs=make,
-            impls={
-                "cuda": lambda s: memory.get_last_loc(
-                    s["table"], s["index"], s["prefix"], backend="cuda"
-                ),
-                "torch_eager": lambda s: _torch_last_loc(s["table"], s["index"], s["prefix"]),
-                "torch_compile": torch_compile(
-                    ref, [batch], lambda f, s: f(s["table"], s["index"], s["prefix"])
-                ),
-            },
+            impls=impls,
         )
 
 
@@ -208,6 +270,9 @@ def alloc_cases(quick: bool) -> Iterator[Case]:
                 def call(f, s):
                     return f(s["seq"], s["last"], s["free"])
 
+                def peer(k, s):
+                    return _sglang_decode(k, s["seq"], s["last"], s["free"])
+
             else:
                 op, shape = "alloc_extend", [batch, total]
                 byte_count = batch * 24 + total * 8 + (total // PAGE + batch) * 8
@@ -229,17 +294,22 @@ def alloc_cases(quick: bool) -> Iterator[Case]:
                 def call(f, s):
                     return f(s["prefix"], s["seq"], s["last"], s["free"])
 
+                def peer(k, s, total=total):
+                    return _sglang_extend(k, s["prefix"], s["seq"], s["last"], s["free"], total)
+
+            impls = {
+                "cuda": ours,
+                "torch_eager": lambda s, ref=ref, call=call: call(ref, s),
+                "torch_compile": torch_compile(ref, shape, call),
+            }
+            _sglang_peer(impls, peer, lambda s, ref=ref, call=call: call(ref, s))
             yield Case(
                 op=op,
                 shape=shape,
                 dtype=torch.int64,
                 bytes=byte_count,
                 make_inputs=make,
-                impls={
-                    "cuda": ours,
-                    "torch_eager": lambda s, ref=ref, call=call: call(ref, s),
-                    "torch_compile": torch_compile(ref, shape, call),
-                },
+                impls=impls,
                 note=f"page_size {PAGE}",
             )
 
