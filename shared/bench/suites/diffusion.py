@@ -6,6 +6,8 @@ runnable here), so the issue's targets are judged against the copy floor:
 - residual_gate_add, layernorm_scale_shift: >= 90% of copy at [1, 32760, 3072] bf16, <= 2 us at
   decode shapes ([1, 1, 3072], [4, 1, 3072]);
 - timestep_embedding: <= 9 us at 16384 x 512 fp32 out (write floor 7.9 us), <= 1.5 us at N <= 64;
+  beside it ``torch_fill``, torch's fill of a fresh output of the same size: the write-only
+  ceiling measured in the same run (the copy of its bytes reads as much as it writes);
 - group_norm_silu: >= 80% of copy at 1 x 128 x 20 x 256 x 256 bf16 (<= 197 us; SGL's Triton
   kernel 260 us published on an H200). Our two-pass scheme reads x twice (1.5x the minimum bytes
   below) except for the tail of x still in L2.
@@ -126,6 +128,7 @@ def timestep_embedding_cases(quick: bool) -> Iterator[Case]:
                     [n, dim],
                     lambda f, s, dim=dim: f(s["t"], dim, True, 0.0),
                 ),
+                "torch_fill": lambda s, n=n, dim=dim: torch.empty(n, dim, device="cuda").fill_(1.0),
             },
             note="flip_sin_to_cos, shift 0 (DiT), fp32 out",
         )
