@@ -148,8 +148,13 @@ def verify_cases(quick: bool) -> Iterator[Case]:
         }
         if peer:
             op = sgl.verify_tree_greedy
+
+            def sgl_args(s, batch=batch, nodes=nodes):
+                # sglang-kernel checks target_predict as [B, N] (it indexes it flat, as ours)
+                return [*outs(s), *tree(s)[:-1], s["target_predict"].view(batch, nodes)]
+
             impls["sglang"] = Checked(
-                _FirstCall(fresh, lambda s, op=op: _sgl_call(op, [*outs(s), *tree(s)], {})),
+                _FirstCall(fresh, lambda s, op=op: _sgl_call(op, sgl_args(s), {})),
                 expected=expected,
                 outputs=lambda s, _: outs(s),
                 atol=0,
