@@ -6,7 +6,12 @@
 #                                     # five misses, the session-18 changes beside their peers
 #   bash docs/pending/calls.sh tune   # on a GPU without a fused_moe table (an H100): tunes the two
 #                                     # model shapes into results/fused_moe_<device>.json (~8 min)
-# carry: .whl; .gpu/pack (if built for this stack); .peers/vllm_fused_moe for bench.
+#   bash docs/pending/calls.sh decode # on the H200 (needs_h200): the late-load kernel past two
+#                                     # waves, then the sweeps of issue 12's groups (~6 min on an H100)
+#   bash docs/pending/calls.sh last   # on the H200: diffusion, decode_attention, mamba (~2.5 min)
+# carry: .whl; .gpu/pack (if built for this stack); .peers/vllm_fused_moe for bench;
+# .peers/{sglang,sglang_memory,flashinfer} for decode; .peers/{sglang,flashinfer,
+# vllm_decode_attention} for last.
 # CALL_LIMIT (s, default 560) bounds the session so that its results are packed within the device
 # tool's limit.
 set -uo pipefail
@@ -44,8 +49,26 @@ timeout -s INT 250 python3 -m kernels_moe.tune_fused_moe --experts 256 --topk 8 
   --group layernorm --op alloc_decode --op layernorm_scale_shift --op group_norm_silu \
   --op layernorm --static-compile targets --out "$OUT/results/landed" 2>&1 | grep -v "━" | tail -60'
     ;;
+  decode)
+    # speculative under --static-compile large: under targets it stopped on an H100 (2026-12-05)
+    # with "operation failed due to a previous error during capture" after a failed capture.
+    export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q -p no:cacheprovider --timeout 200 2>&1 | tail -3; }
+sweep() { timeout -s INT "$1" python3 -m shared.bench.run --group "$2" --static-compile "$3" --out "$OUT/results/sweep" 2>&1 | grep -v "━" | tail -45; }
+t 60 tests/layernorm/test_layernorm.py -k "cuda and 2900"
+t 50 tests/diffusion/test_cuda_backends.py -k "layernorm_scale_shift and (1500 or 2900)"
+sweep 100 memory targets
+sweep 60 grammar targets
+sweep 120 speculative large
+sweep 200 sampling targets'
+    ;;
+  last)
+    export RUN='sweep() { timeout -s INT "$1" python3 -m shared.bench.run --group "$2" "${@:3}" --static-compile targets --out "$OUT/results/sweep" 2>&1 | grep -v "━" | tail -45; }
+sweep 150 diffusion
+sweep 170 attention --op decode_attention
+sweep 150 mamba'
+    ;;
   *)
-    echo "calls.sh: tests, bench or tune" >&2
+    echo "calls.sh: tests, bench, tune, decode or last" >&2
     exit 2
     ;;
 esac
