@@ -405,7 +405,13 @@ def vllm() -> Any | None:
     return torch.ops
 
 
-# --- what ran ------------------------------------------------------------------------------------
+# --- Triton peers as source ----------------------------------------------------------------------
+
+# The impl name of each source peer: the release it is cut from and its cuts under .peers/.
+SOURCE_PEERS = {
+    "vllm_triton": ("vLLM 0.33.0", ("vllm_fused_moe", "vllm_decode_attention")),
+    "sglang_triton": ("sglang 0.5.23", ("sglang_memory",)),
+}
 
 
 @functools.cache
@@ -422,9 +428,13 @@ def peer_source(name: str, entry: str) -> types.ModuleType | None:
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # a source the cut cannot load is reported absent
+        sys.modules.pop(spec.name, None)
         print(f"peer {name}: {path} does not load ({type(exc).__name__}: {exc})")
         return None
     return module if hasattr(module, entry) else None
+
+
+# --- what ran ------------------------------------------------------------------------------------
 
 
 def _version(dist: str) -> str | None:
@@ -454,6 +464,11 @@ def describe(ran: set[str] | None = None) -> dict:
         "sglang": dict(_status.get("sglang", {"status": "not requested"})),
         "vllm": dict(_status.get("vllm", {"status": "not requested"})),
     }
+    for impl, (release, names) in SOURCE_PEERS.items():
+        cuts = [n for n in names if (PEERS_DIR / n / "kernel.py").is_file()]
+        peers[impl] = (
+            {"status": "found", "version": release, "cuts": cuts} if cuts else {"status": "absent"}
+        )
     for name, info in peers.items():
         info["ran"] = name in ran
     return peers

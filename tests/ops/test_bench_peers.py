@@ -85,3 +85,12 @@ def test_peer_source_loads_the_cut(peers_dir):
     (peers_dir / "cut" / "kernel.py").write_text(fetch_peers.jit_functions(SOURCE, "SGLang"))
     module = peers.peer_source("cut", "kept_kernel")
     assert module is not None and hasattr(module.kept_kernel, "fn")
+
+
+def test_describe_names_the_source_peers_found(peers_dir):
+    assert peers.describe()["sglang_triton"] == {"status": "absent", "ran": False}
+    (peers_dir / "sglang_memory").mkdir()
+    (peers_dir / "sglang_memory" / "kernel.py").write_text("")
+    info = peers.describe({"sglang_triton"})["sglang_triton"]
+    assert info["status"] == "found" and info["cuts"] == ["sglang_memory"] and info["ran"]
+    assert info["version"].startswith("sglang ")
