@@ -6,8 +6,9 @@
 #                                     # five misses, the session-18 changes beside their peers
 #   bash docs/pending/calls.sh tune   # on a GPU without a fused_moe table (an H100): tunes the two
 #                                     # model shapes into results/fused_moe_<device>.json (~8 min)
-#   bash docs/pending/calls.sh decode # on the H200 (needs_h200): the late-load kernel past two
-#                                     # waves, then the sweeps of issue 12's groups (~6 min on an H100)
+#   bash docs/pending/calls.sh decode # on the H200 (needs_h200): 21's tests and A/B (carry .ab of
+#                                     # memory), the late-load kernel past two waves, then the
+#                                     # sweeps of issue 12's groups (~7 min on an H100)
 #   bash docs/pending/calls.sh last   # on the H200: diffusion, decode_attention, mamba (~2.5 min)
 # carry: .whl; .gpu/pack (if built for this stack); .peers/vllm_fused_moe for bench;
 # .peers/{sglang,sglang_memory,flashinfer} for decode; .peers/{sglang,flashinfer,
@@ -54,6 +55,8 @@ timeout -s INT 250 python3 -m kernels_moe.tune_fused_moe --experts 256 --topk 8 
     # with "operation failed due to a previous error during capture" after a failed capture.
     export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q -p no:cacheprovider --timeout 200 2>&1 | tail -3; }
 sweep() { timeout -s INT "$1" python3 -m shared.bench.run --group "$2" --static-compile "$3" --out "$OUT/results/sweep" 2>&1 | grep -v "━" | tail -45; }
+t 60 tests/memory/test_alloc.py
+timeout -s INT 90 python3 -m shared.bench.ab run --group memory --op alloc_extend 2>&1 | grep -v "━" | tail -8
 t 60 tests/layernorm/test_layernorm.py -k "cuda and 2900"
 t 50 tests/diffusion/test_cuda_backends.py -k "layernorm_scale_shift and (1500 or 2900)"
 sweep 100 memory targets
