@@ -3,7 +3,7 @@
 # wip/pending (main + docs/pending/*.mbox); each writes $OUT/t/r.tgz (results + session.log):
 #   bash docs/pending/calls.sh tests  # GPU tests of 16 (fused_moe's same-arch table)
 #   bash docs/pending/calls.sh bench  # fused_moe beside vLLM's Triton kernel, ncu profiles of
-#                                     # five misses, the session-18 changes beside their peers
+#                                     # seven misses, the session-18 changes beside their peers
 #   bash docs/pending/calls.sh tune   # on a GPU without a fused_moe table (an H100): tunes the two
 #                                     # model shapes into results/fused_moe_<device>.json (~8 min)
 #   bash docs/pending/calls.sh decode # on the H200 (needs_h200): 21's tests and A/B (carry .ab of
@@ -43,7 +43,8 @@ timeout -s INT 250 python3 -m kernels_moe.tune_fused_moe --experts 256 --topk 8 
     export PROFILE="sampling:min_p_renorm_probs:1,128256:float32 \
       layernorm:fused_add_rmsnorm:64,8192:bfloat16 layernorm:layernorm:8192,4096:bfloat16 \
       diffusion:group_norm_silu:1,128,20,256,256:bfloat16 \
-      quantization:hadamard_transform:32768,4096:bfloat16"
+      quantization:hadamard_transform:32768,4096:bfloat16 \
+      memory:copy_blocks:1024,4,16384:bfloat16 diffusion:timestep_embedding:16384,512:float32"
     # The ops that the eighteenth session changed, beside their peers (static torch.compile at
     # the target shapes, Liger), for the issues' tables (A/Bs alone gave no peer figures).
     export RUN='timeout -s INT 240 python3 -m shared.bench.run --group memory --group diffusion \
