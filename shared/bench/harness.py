@@ -234,6 +234,8 @@ def run_case(case: Case, copy: float, on_impl: Callable[[str], None] | None = No
             continue
         gbps = case.bytes / us / 1e3
         extra = {"copy_us": round(copy_us, 3)}
+        if case.note:  # what tells cases of one op, shape and dtype apart (the report keys on it)
+            extra["note"] = case.note
         if timing != "graph":
             extra["timing"] = timing
         if case.flops:

@@ -16,7 +16,18 @@ OURS = ("cuda", "triton", "cpu")
 
 
 def _key(record: dict) -> tuple:
-    return (record["op"], record["dtype"], tuple(record["shape"]))
+    """(op, dtype, shape, note): a suite's cases of one op, shape and dtype (a mask density, a
+    cache layout, a sampling order) differ by their note, and each keeps its own row."""
+    return (record["op"], record["dtype"], tuple(record["shape"]), record.get("note", ""))
+
+
+def _variants(records: list[dict]) -> set[tuple]:
+    """The (op, dtype, shape) keys recorded under more than one note: only there does a table
+    row or a plot line name its note."""
+    notes: dict[tuple, set[str]] = defaultdict(set)
+    for r in records:
+        notes[_key(r)[:3]].add(r.get("note", ""))
+    return {key for key, seen in notes.items() if len(seen) > 1}
 
 
 def _mode(record: dict) -> str:
@@ -88,7 +99,8 @@ def markdown(group: str, result: dict) -> str:
         + " |",
         "|---|---|---|---|---|---|---|" + "---|" * len(peers),
     ]
-    for (op, dtype, shape), impls in sorted(rows.items()):
+    variants = _variants(result["records"])
+    for (op, dtype, shape, note), impls in sorted(rows.items()):
         ours = next((impls[i] for i in OURS if i in impls), None)
         if ours is None:
             continue
@@ -101,8 +113,9 @@ def markdown(group: str, result: dict) -> str:
             for p in peers
         ]
         torch_copy = f"{ours['copy_us']:.2f}" if "copy_us" in ours else "-"
+        shown = f"{list(shape)} {note}" if (op, dtype, shape) in variants else f"{list(shape)}"
         lines.append(
-            f"| {op} | {list(shape)} | {dtype} | {ours['impl']} | {ours['us']:.2f} | "
+            f"| {op} | {shown} | {dtype} | {ours['impl']} | {ours['us']:.2f} | "
             f"{ours['pct_of_copy']:.1f} | {torch_copy} | " + " | ".join(ratios) + " |"
         )
     return "\n".join(lines) + "\n"
@@ -190,6 +203,11 @@ def plots(group: str, result: dict, out_dir: Path) -> list[Path]:
     by_op: dict[str, list[dict]] = defaultdict(list)
     for r in result["records"]:
         by_op[r["op"]].append(r)
+    variants = _variants(result["records"])
+
+    def variant(r: dict) -> str:  # the note, where it tells this record's line apart
+        return r.get("note", "") if _key(r)[:3] in variants else ""
+
     written = []
     for op, records in sorted(by_op.items()):
         widths = sorted({tuple(r["shape"][1:]) for r in records})
@@ -197,15 +215,19 @@ def plots(group: str, result: dict, out_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 4), squeeze=False)
         for ax, width in zip(axes[0], widths, strict=True):
             # one line per implementation, torch_compile split by how each shape was compiled
-            for impl, mode in sorted({(r["impl"], _mode(r)) for r in records}):
+            for impl, mode, note in sorted({(r["impl"], _mode(r), variant(r)) for r in records}):
                 points = sorted(
                     (r["shape"][0], r[metric])
                     for r in records
-                    if r["impl"] == impl and _mode(r) == mode and tuple(r["shape"][1:]) == width
+                    if r["impl"] == impl
+                    and _mode(r) == mode
+                    and variant(r) == note
+                    and tuple(r["shape"][1:]) == width
                 )
                 if points:
                     xs, ys = zip(*points, strict=True)
                     label = f"{impl} [{mode}]" if mode else impl
+                    label += f" ({note})" if note else ""
                     ax.plot(
                         xs,
                         ys,

@@ -54,6 +54,26 @@ def test_markdown_ratio_is_peer_over_ours():
     assert "| relu2 | [64, 4096] | bfloat16 | cuda | 1.90 | 50.0 | 1.25 | - |" in table
 
 
+def test_cases_of_one_shape_keep_their_rows_and_lines(tmp_path):
+    # Two mask densities of one shape: each gets its row (named by its note) and its plot line;
+    # a shape measured once keeps its plain row.
+    result = _result()
+    for note, ours, peer in (("mask random50", 19.0, 21.0), ("mask allowed95", 6.3, 6.9)):
+        result["records"] += [
+            _record("bitmask", "cuda", (64, 128256), ours) | {"note": note},
+            _record("bitmask", "sglang", (64, 128256), peer) | {"note": note},
+        ]
+    table = report.markdown("grammar", result)
+    assert "| bitmask | [64, 128256] mask random50 | bfloat16 | cuda | 19.00 |" in table
+    assert "| bitmask | [64, 128256] mask allowed95 | bfloat16 | cuda | 6.30 |" in table
+    assert "| relu2 | [16, 4096] | bfloat16 |" in table
+    lines = report.summary({"grammar": result}).splitlines()
+    row = next(line for line in lines if "bitmask" in line)
+    assert "sglang 2/2" in row
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "grammar-bitmask.png") in report.plots("grammar", result, tmp_path)
+
+
 def test_cli_prints_summary_of_a_folder(tmp_path, capsys):
     (tmp_path / "activation.json").write_text(json.dumps(_result()))
     assert report.main([str(tmp_path)]) == 0
