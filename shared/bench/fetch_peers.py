@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from shared.bench.peers import PEERS_DIR
@@ -75,12 +76,13 @@ SOURCES = {
 VLLM_DECODE_ATTENTION = "vllm/v1/attention/ops/triton_decode_attention.py"
 
 
-def jit_functions(source: str, project: str = "vLLM", names: tuple[str, ...] = ()) -> str:
-    """The ``@triton.jit`` functions of a module (those in ``names``, if given), alone, behind
-    the imports they need."""
-    tree = ast.parse(source)
+def jit_functions(
+    sources: Sequence[str], project: str = "vLLM", names: tuple[str, ...] = ()
+) -> str:
+    """The ``@triton.jit`` functions of some modules (those in ``names``, if given), alone, in
+    one module behind the imports they need."""
     kept = []
-    for node in tree.body:
+    for node in (node for source in sources for node in ast.parse(source).body):
         if (
             isinstance(node, ast.FunctionDef)
             and any("jit" in ast.unparse(d) for d in node.decorator_list)
@@ -98,7 +100,7 @@ def jit_functions(source: str, project: str = "vLLM", names: tuple[str, ...] = (
 
 def extract_vllm_fused_moe(archive: zipfile.ZipFile, target: Path) -> list[Path]:
     kernel = target / "kernel.py"
-    kernel.write_text(jit_functions(archive.read(VLLM_FUSED_MOE).decode()))
+    kernel.write_text(jit_functions([archive.read(VLLM_FUSED_MOE).decode()]))
     written = [kernel]
     (target / "configs").mkdir(exist_ok=True)
     for member in archive.namelist():
@@ -128,12 +130,9 @@ def extract_vllm_decode_attention(archive: zipfile.ZipFile, target: Path) -> lis
 def extract_sglang_memory(archive: zipfile.ZipFile, target: Path) -> list[Path]:
     """SGLang's Triton allocator and last-location kernels, as they are (their launches, one
     program per request with ``bs_upper`` the next power of two, are the memory suite's)."""
-    parts = [
-        jit_functions(archive.read(m).decode(), "SGLang", SGLANG_MEMORY_KERNELS)
-        for m in SGLANG_MEMORY
-    ]
+    sources = [archive.read(member).decode() for member in SGLANG_MEMORY]
     kernel = target / "kernel.py"
-    kernel.write_text(parts[0] + "\n\n" + parts[1].split("\n\n\n", 1)[1])
+    kernel.write_text(jit_functions(sources, "SGLang", SGLANG_MEMORY_KERNELS))
     return [kernel]
 
 

@@ -414,12 +414,17 @@ SOURCE_PEERS = {
 }
 
 
+def source_path(name: str) -> Path:
+    """Where ``shared.bench.fetch_peers <name>`` puts a source peer's cut."""
+    return PEERS_DIR / name / "kernel.py"
+
+
 @functools.cache
 def peer_source(name: str, entry: str) -> types.ModuleType | None:
     """The peer source that ``shared.bench.fetch_peers <name>`` cut into
     ``.peers/<name>/kernel.py``, imported as a module of its own, or None where it is absent,
     does not load or lacks ``entry`` (a peer's function or kernel the suite calls)."""
-    path = PEERS_DIR / name / "kernel.py"
+    path = source_path(name)
     if not path.is_file():
         return None
     spec = importlib.util.spec_from_file_location(f"kernels_peer_{name}", path)
@@ -465,7 +470,7 @@ def describe(ran: set[str] | None = None) -> dict:
         "vllm": dict(_status.get("vllm", {"status": "not requested"})),
     }
     for impl, (release, names) in SOURCE_PEERS.items():
-        cuts = [n for n in names if (PEERS_DIR / n / "kernel.py").is_file()]
+        cuts = [n for n in names if source_path(n).is_file()]
         peers[impl] = (
             {"status": "found", "version": release, "cuts": cuts} if cuts else {"status": "absent"}
         )

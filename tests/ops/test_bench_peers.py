@@ -46,7 +46,7 @@ def _decorators(text: str) -> dict[str, list[str]]:
 
 
 def test_jit_functions_keep_the_kernels_and_their_options_only():
-    cut = fetch_peers.jit_functions(SOURCE, "SGLang")
+    cut = fetch_peers.jit_functions([SOURCE], "SGLang")
     assert cut.startswith('"""Cut from SGLang (Apache-2.0)')
     assert _decorators(cut) == {
         "kept_kernel": ["triton.jit(do_not_specialize=['free_ptr'])"],
@@ -57,8 +57,15 @@ def test_jit_functions_keep_the_kernels_and_their_options_only():
 
 
 def test_jit_functions_by_name():
-    cut = fetch_peers.jit_functions(SOURCE, "SGLang", ("kept_kernel",))
+    cut = fetch_peers.jit_functions([SOURCE], "SGLang", ("kept_kernel",))
     assert list(_decorators(cut)) == ["kept_kernel"]
+
+
+def test_jit_functions_of_several_modules_in_one():
+    other = "import triton\n\n\n@triton.jit\ndef second_kernel(x_ptr):\n    pass\n"
+    cut = fetch_peers.jit_functions([SOURCE, other], "SGLang", ("kept_kernel", "second_kernel"))
+    assert list(_decorators(cut)) == ["kept_kernel", "second_kernel"]
+    assert cut.count("import triton\n") == 1
 
 
 @pytest.fixture
@@ -82,7 +89,7 @@ def test_peer_source_absent_broken_or_without_its_entry(peers_dir, capsys):
 
 def test_peer_source_loads_the_cut(peers_dir):
     (peers_dir / "cut").mkdir()
-    (peers_dir / "cut" / "kernel.py").write_text(fetch_peers.jit_functions(SOURCE, "SGLang"))
+    (peers_dir / "cut" / "kernel.py").write_text(fetch_peers.jit_functions([SOURCE], "SGLang"))
     module = peers.peer_source("cut", "kept_kernel")
     assert module is not None and hasattr(module.kept_kernel, "fn")
 
