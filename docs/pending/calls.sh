@@ -19,6 +19,11 @@ set -uo pipefail
 : "${OUT:?the device tool sets OUT}"
 export OUT
 export KERNELS_COMMIT=${KERNELS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+# Shell helpers for RUN: t SECONDS PYTEST_ARGS... (GPU tests), sweep SECONDS GROUP COMPILE
+# [RUN_ARGS...] (one group's benchmarks beside its peers into results/sweep).
+HELPERS='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q -p no:cacheprovider --timeout 200 2>&1 | tail -3; }
+sweep() { timeout -s INT "$1" python3 -m shared.bench.run --group "$2" --static-compile "$3" "${@:4}" --out "$OUT/results/sweep" 2>&1 | grep -v "━" | tail -45; }
+'
 case "${1:-}" in
   tune)
     # The buckets that matter first (an interrupted run keeps the finished ones), in
@@ -54,9 +59,7 @@ timeout -s INT 250 python3 -m kernels_moe.tune_fused_moe --experts 256 --topk 8 
   decode)
     # speculative under --static-compile large: under targets it stopped on an H100 (2026-12-05)
     # with "operation failed due to a previous error during capture" after a failed capture.
-    export RUN='t() { timeout -s INT -k 20 "$1" python3 -m pytest "${@:2}" -m gpu -q -p no:cacheprovider --timeout 200 2>&1 | tail -3; }
-sweep() { timeout -s INT "$1" python3 -m shared.bench.run --group "$2" --static-compile "$3" --out "$OUT/results/sweep" 2>&1 | grep -v "━" | tail -45; }
-t 60 tests/memory/test_alloc.py
+    export RUN="$HELPERS"'t 60 tests/memory/test_alloc.py
 timeout -s INT 90 python3 -m shared.bench.ab run --group memory --op alloc_extend 2>&1 | grep -v "━" | tail -8
 t 60 tests/layernorm/test_layernorm.py -k "cuda and 2900"
 t 50 tests/diffusion/test_cuda_backends.py -k "layernorm_scale_shift and (1500 or 2900)"
@@ -66,10 +69,9 @@ sweep 120 speculative large
 sweep 200 sampling targets'
     ;;
   last)
-    export RUN='sweep() { timeout -s INT "$1" python3 -m shared.bench.run --group "$2" "${@:3}" --static-compile targets --out "$OUT/results/sweep" 2>&1 | grep -v "━" | tail -45; }
-sweep 150 diffusion
-sweep 170 attention --op decode_attention
-sweep 150 mamba'
+    export RUN="$HELPERS"'sweep 150 diffusion targets
+sweep 170 attention targets --op decode_attention
+sweep 150 mamba targets'
     ;;
   *)
     echo "calls.sh: tests, bench, tune, decode or last" >&2
